@@ -1,0 +1,282 @@
+// Client: talking to the API server with nothing but net/http.
+//
+// The Kubernetes API is plain HTTP and JSON. What a client library adds, and
+// what this file does in a page, is being a good citizen of a shared server:
+// a client-side rate limit, a timeout on every request, retries with capped,
+// jittered backoff for 429 Too Many Requests (honouring Retry-After) and 5xx,
+// and errors that carry the server's own Status reason and message.
+//
+// It also knows the two ways to reach the API server: through `kubectl
+// proxy` (plain HTTP on loopback; kubectl adds the credentials), or from
+// inside a Pod, over HTTPS verified against the cluster's CA, with the Pod's
+// ServiceAccount token. That token is re-read for every request, because
+// bound tokens rotate and one read at start-up expires.
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// serviceAccountDir is where the kubelet mounts a Pod's ServiceAccount
+// credentials.
+const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+type client struct {
+	base      string // scheme://host[:port], no trailing slash
+	http      *http.Client
+	tokenFile string // empty through kubectl proxy
+	limit     *rateLimiter
+	timeout   time.Duration // for each non-watch request
+	attempts  int           // tries for a retryable failure
+	retryBase time.Duration
+}
+
+// apiError is a failed request, with the API server's Status when it sent one.
+type apiError struct {
+	Method, Path string
+	Code         int
+	Reason       string
+	Message      string
+}
+
+func (e *apiError) Error() string {
+	msg := e.Message
+	if msg == "" {
+		msg = http.StatusText(e.Code)
+	}
+	return fmt.Sprintf("%s %s: %d %s: %s", e.Method, e.Path, e.Code, e.Reason, msg)
+}
+
+// isStatus reports whether err is an API error with the given HTTP code.
+func isStatus(err error, code int) bool {
+	var e *apiError
+	return errors.As(err, &e) && e.Code == code
+}
+
+// status is the part of a metav1.Status that the operator reads.
+type status struct {
+	Code    int    `json:"code"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+func decodeStatus(b []byte) status {
+	var s status
+	_ = json.Unmarshal(b, &s) // a body that is not a Status leaves it empty
+	return s
+}
+
+// inClusterClient builds the client a Pod uses: the API server's address
+// from the environment the kubelet sets, its CA and the token from the
+// ServiceAccount volume.
+func inClusterClient(dir string) (*client, error) {
+	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+	if host == "" || port == "" {
+		return nil, errors.New("KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set")
+	}
+	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		return nil, fmt.Errorf("in-cluster CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("in-cluster CA: no certificate in %s", filepath.Join(dir, "ca.crt"))
+	}
+	tokenFile := filepath.Join(dir, "token")
+	if _, err := readToken(tokenFile); err != nil {
+		return nil, err
+	}
+	c := newClient("https://"+net.JoinHostPort(host, port), &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+	c.tokenFile = tokenFile
+	return c, nil
+}
+
+func readToken(file string) (string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("service account token: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if token == "" {
+		return "", fmt.Errorf("service account token: %s is empty", file)
+	}
+	return token, nil
+}
+
+func newClient(base string, tlsConfig *tls.Config) *client {
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.TLSClientConfig = tlsConfig
+	// Workers send requests in parallel; keep a connection for each of them
+	// instead of opening and closing one per request.
+	transport.MaxIdleConnsPerHost = 64
+	return &client{
+		base:      strings.TrimRight(base, "/"),
+		http:      &http.Client{Transport: transport},
+		limit:     newRateLimiter(0, 1),
+		timeout:   30 * time.Second,
+		attempts:  6,
+		retryBase: 200 * time.Millisecond,
+	}
+}
+
+// do sends one request and returns the response body of a 2xx answer. 429,
+// 5xx and connection failures are retried; anything else is returned at
+// once as an *apiError. A POST retried after a lost answer may meet 409
+// AlreadyExists, which the caller treats as done.
+func (c *client) do(ctx context.Context, method, path string, body []byte, contentType string) ([]byte, error) {
+	retry := backoff{min: c.retryBase, max: 50 * c.retryBase} // 200ms to 10s by default
+	for attempt := 1; ; attempt++ {
+		respBody, wait, err := c.try(ctx, method, path, body, contentType)
+		if err == nil || wait < 0 || attempt >= c.attempts || ctx.Err() != nil {
+			return respBody, err
+		}
+		if wait == 0 {
+			wait = retry.delay()
+		}
+		if !sleep(ctx, wait) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// try makes one attempt. wait < 0 means the error is final; wait > 0 is the
+// delay the server asked for with Retry-After; 0 means "back off".
+func (c *client) try(ctx context.Context, method, path string, body []byte, contentType string) ([]byte, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	resp, err := c.send(ctx, method, path, body, contentType)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s %s: read answer: %w", method, path, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return b, 0, nil
+	}
+	e := responseError(method, path, resp.StatusCode, b)
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+		return nil, retryAfter(resp.Header.Get("Retry-After")), e
+	default:
+		return nil, -1, e
+	}
+}
+
+// stream opens a long-lived GET (a watch). It has no timeout: the caller
+// bounds it by watching for silence instead.
+func (c *client) stream(ctx context.Context, path string) (io.ReadCloser, error) {
+	resp, err := c.send(ctx, http.MethodGet, path, nil, "")
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return nil, responseError(http.MethodGet, path, resp.StatusCode, b)
+	}
+	return resp.Body, nil
+}
+
+func (c *client) send(ctx context.Context, method, path string, body []byte, contentType string) (*http.Response, error) {
+	if err := c.limit.wait(ctx); err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "etcd-operator")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if c.tokenFile != "" {
+		token, err := readToken(c.tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		// url.Error prints the URL, never the headers: the token stays out.
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	return resp, nil
+}
+
+func responseError(method, path string, code int, body []byte) *apiError {
+	st := decodeStatus(body)
+	e := &apiError{Method: method, Path: path, Code: code, Reason: st.Reason, Message: st.Message}
+	if e.Reason == "" {
+		e.Reason = strings.ReplaceAll(http.StatusText(code), " ", "")
+	}
+	if e.Message == "" && len(body) > 0 && st == (status{}) {
+		e.Message = strings.TrimSpace(excerpt(body))
+	}
+	return e
+}
+
+// retryAfter reads a Retry-After of whole seconds, capped at one minute.
+func retryAfter(h string) time.Duration {
+	s, err := strconv.Atoi(h)
+	if err != nil || s <= 0 {
+		return 0
+	}
+	return min(time.Duration(s)*time.Second, time.Minute)
+}
+
+// rateLimiter spaces requests at most qps per second on average, allowing
+// bursts of up to burst requests.
+type rateLimiter struct {
+	mu       sync.Mutex
+	interval time.Duration // 0: unlimited
+	burst    int
+	next     time.Time // when the bucket is full again, minus one interval
+}
+
+func newRateLimiter(qps float64, burst int) *rateLimiter {
+	r := &rateLimiter{burst: max(burst, 1)}
+	if qps > 0 {
+		r.interval = time.Duration(float64(time.Second) / qps)
+	}
+	return r
+}
+
+func (r *rateLimiter) wait(ctx context.Context) error {
+	if r.interval == 0 {
+		return ctx.Err()
+	}
+	r.mu.Lock()
+	now := time.Now()
+	// A full bucket holds burst tokens: never let "next" fall further
+	// behind now than that.
+	if earliest := now.Add(-time.Duration(r.burst-1) * r.interval); r.next.Before(earliest) {
+		r.next = earliest
+	}
+	at := r.next
+	r.next = r.next.Add(r.interval)
+	r.mu.Unlock()
+	if d := at.Sub(now); d > 0 && !sleep(ctx, d) {
+		return ctx.Err()
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,529 @@
+// A fake Kubernetes API server for the unit tests. It answers the way the
+// real one does for the requests the operator makes: lists with a
+// resourceVersion and continue tokens, chunked watch streams flushed event by
+// event that replay history from a resourceVersion, 410 Expired for a
+// position older than its compaction floor, metav1.Status bodies with reason
+// and code, 409 AlreadyExists, 404 NotFound, JSON merge patches on /status
+// (which do not bump metadata.generation). The e2e tests check the same
+// behaviour against a real kube-apiserver.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+type fakeAPI struct {
+	t   *testing.T
+	srv *httptest.Server
+
+	mu       sync.Mutex
+	changed  chan struct{} // closed and replaced on every request or change
+	rv       int
+	uids     int
+	clusters map[string]map[string]any // ns/name -> object
+	history  []watchEvent              // every cluster event, for watch replay
+	floor    int                       // watches from below this rv get 410
+	objects  map[string]map[string]any // "services/ns/name" -> object
+	events   []map[string]any
+	requests []request
+	streams  []chan []byte // open watch streams
+	// fault, when set, may answer a request instead of the fake: it returns
+	// the HTTP code (0: no fault), a Retry-After value and a Status message.
+	fault func(r request) (code int, retryAfter, message string)
+}
+
+type request struct {
+	Ctx          context.Context // ends when the client gives up
+	Method, Path string
+	Query        url.Values
+	ContentType  string
+	Body         string
+	At           time.Time
+}
+
+func newFakeAPI(t *testing.T) *fakeAPI {
+	f := &fakeAPI{
+		t: t, changed: make(chan struct{}), rv: 100,
+		clusters: map[string]map[string]any{}, objects: map[string]map[string]any{},
+	}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(func() {
+		f.closeStreams()
+		f.srv.Close()
+	})
+	return f
+}
+
+// notify wakes everyone in waitFor. Callers hold f.mu.
+func (f *fakeAPI) notify() {
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// waitFor blocks until cond (called with f.mu held) is true, waking on every
+// request the fake sees; it fails the test after a generous bound.
+func (f *fakeAPI) waitFor(what string, cond func() bool) {
+	f.t.Helper()
+	deadline := time.NewTimer(20 * time.Second)
+	defer deadline.Stop()
+	for {
+		f.mu.Lock()
+		ok, ch := cond(), f.changed
+		f.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			f.t.Fatalf("timed out waiting for %s; requests seen:\n%s", what, f.requestLog())
+		}
+	}
+}
+
+func (f *fakeAPI) requestLog() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var b strings.Builder
+	for _, r := range f.requests {
+		fmt.Fprintf(&b, "  %s %s?%s\n", r.Method, r.Path, r.Query.Encode())
+	}
+	return b.String()
+}
+
+// count returns how many requests match method and a path prefix.
+func (f *fakeAPI) count(method, pathPrefix string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.countLocked(method, pathPrefix)
+}
+
+func (f *fakeAPI) countLocked(method, pathPrefix string) int {
+	n := 0
+	for _, r := range f.requests {
+		if r.Method == method && strings.HasPrefix(r.Path, pathPrefix) {
+			n++
+		}
+	}
+	return n
+}
+
+func (f *fakeAPI) nextRV() string {
+	f.rv++
+	return strconv.Itoa(f.rv)
+}
+
+// putCluster creates or updates an EtcdCluster as a user would, bumping
+// metadata.generation when the spec changes, and tells the watchers.
+func (f *fakeAPI) putCluster(ns, name string, spec any) map[string]any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	key := ns + "/" + name
+	obj, ok := f.clusters[key]
+	typ := "MODIFIED"
+	if !ok {
+		f.uids++
+		obj = map[string]any{
+			"apiVersion": apiVersion, "kind": kind,
+			"metadata": map[string]any{
+				"name": name, "namespace": ns, "generation": 0,
+				"uid": fmt.Sprintf("0000000%d-aaaa-bbbb-cccc-%012d", f.uids%10, f.uids),
+			},
+		}
+		f.clusters[key] = obj
+		typ = "ADDED"
+	}
+	meta := obj["metadata"].(map[string]any)
+	if !ok || !jsonEqual(obj["spec"], spec) {
+		meta["generation"] = toInt(meta["generation"]) + 1
+	}
+	if spec == nil {
+		delete(obj, "spec")
+	} else {
+		obj["spec"] = spec
+	}
+	meta["resourceVersion"] = f.nextRV()
+	f.emitLocked(typ, obj)
+	return clone(obj)
+}
+
+func (f *fakeAPI) deleteCluster(ns, name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	key := ns + "/" + name
+	obj := f.clusters[key]
+	delete(f.clusters, key)
+	obj["metadata"].(map[string]any)["resourceVersion"] = f.nextRV()
+	f.emitLocked("DELETED", obj)
+}
+
+func (f *fakeAPI) cluster(ns, name string) map[string]any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return clone(f.clusters[ns+"/"+name])
+}
+
+// emitLocked records an event and writes it to every open watch.
+func (f *fakeAPI) emitLocked(typ string, obj map[string]any) {
+	ev := watchEvent{Type: typ, Object: mustJSON(obj)}
+	f.history = append(f.history, ev)
+	line := append(mustJSON(ev), '\n')
+	for _, s := range f.streams {
+		s <- line
+	}
+	f.notify()
+}
+
+// sendRaw writes raw bytes to every open watch stream: a bookmark, an ERROR
+// event, or half an event.
+func (f *fakeAPI) sendRaw(b string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range f.streams {
+		s <- []byte(b)
+	}
+}
+
+// closeStreams ends every open watch, as the API server does after its
+// timeout.
+func (f *fakeAPI) closeStreams() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range f.streams {
+		close(s)
+	}
+	f.streams = nil
+}
+
+func (f *fakeAPI) openStreams() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.streams)
+}
+
+// compact forgets history: watches from before now get 410 Expired.
+func (f *fakeAPI) compact() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.floor = f.rv
+}
+
+func (f *fakeAPI) objectNames(resource string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var names []string
+	for k := range f.objects {
+		if r, rest, _ := strings.Cut(k, "/"); r == resource {
+			_, name, _ := strings.Cut(rest, "/")
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+func (f *fakeAPI) object(resource, ns, name string) map[string]any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return clone(f.objects[resource+"/"+ns+"/"+name])
+}
+
+func (f *fakeAPI) postedEvents() []map[string]any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.events)
+}
+
+func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	req := request{Ctx: r.Context(), Method: r.Method, Path: r.URL.Path, Query: r.URL.Query(), ContentType: r.Header.Get("Content-Type"), Body: string(body), At: time.Now()}
+	f.mu.Lock()
+	f.requests = append(f.requests, req)
+	f.notify()
+	fault := f.fault
+	f.mu.Unlock()
+	if fault != nil {
+		if code, retryAfter, msg := fault(req); code != 0 {
+			if retryAfter != "" {
+				w.Header().Set("Retry-After", retryAfter)
+			}
+			writeStatus(w, code, strings.ReplaceAll(http.StatusText(code), " ", ""), msg)
+			return
+		}
+	}
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	switch {
+	case strings.HasPrefix(r.URL.Path, "/apis/coreos.com/v1/"):
+		f.serveClusters(w, r, req, parts[3:])
+	case strings.HasPrefix(r.URL.Path, "/api/v1/namespaces/") && len(parts) >= 5:
+		f.serveCore(w, r, req, parts[3], parts[4], parts[5:])
+	default:
+		writeStatus(w, 404, "NotFound", "the server could not find the requested resource")
+	}
+}
+
+// serveClusters handles .../etcdclusters[/NAME[/status]] in one namespace
+// (parts: namespaces NS etcdclusters ...) or in all (parts: etcdclusters).
+func (f *fakeAPI) serveClusters(w http.ResponseWriter, r *http.Request, req request, parts []string) {
+	ns := ""
+	if len(parts) >= 2 && parts[0] == "namespaces" {
+		ns, parts = parts[1], parts[2:]
+	}
+	if len(parts) == 0 || parts[0] != "etcdclusters" {
+		writeStatus(w, 404, "NotFound", "the server could not find the requested resource")
+		return
+	}
+	switch {
+	case len(parts) == 1 && r.Method == "GET" && req.Query.Get("watch") != "":
+		f.serveWatch(w, r, ns, req.Query.Get("resourceVersion"))
+	case len(parts) == 1 && r.Method == "GET":
+		f.serveList(w, ns, req.Query)
+	case len(parts) == 2 && r.Method == "GET":
+		f.mu.Lock()
+		obj, ok := f.clusters[ns+"/"+parts[1]]
+		b := mustJSON(obj)
+		f.mu.Unlock()
+		if !ok {
+			writeStatus(w, 404, "NotFound", fmt.Sprintf("etcdclusters.coreos.com %q not found", parts[1]))
+			return
+		}
+		w.Write(b)
+	case len(parts) == 3 && parts[2] == "status" && r.Method == "PATCH":
+		if req.ContentType != "application/merge-patch+json" {
+			writeStatus(w, 415, "UnsupportedMediaType", "the body of the request was in an unknown format")
+			return
+		}
+		var patch map[string]any
+		if err := json.Unmarshal([]byte(req.Body), &patch); err != nil {
+			writeStatus(w, 400, "BadRequest", err.Error())
+			return
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		obj, ok := f.clusters[ns+"/"+parts[1]]
+		if !ok {
+			writeStatus(w, 404, "NotFound", fmt.Sprintf("etcdclusters.coreos.com %q not found", parts[1]))
+			return
+		}
+		// The status subresource applies only the status part.
+		st, _ := obj["status"].(map[string]any)
+		merged := mergePatch(st, patch["status"])
+		if jsonEqual(merged, st) {
+			// A patch that changes nothing is not written: same
+			// resourceVersion, no watch event.
+			w.Write(mustJSON(obj))
+			return
+		}
+		obj["status"] = merged
+		obj["metadata"].(map[string]any)["resourceVersion"] = f.nextRV()
+		f.emitLocked("MODIFIED", obj)
+		w.Write(mustJSON(obj))
+	default:
+		writeStatus(w, 405, "MethodNotAllowed", "method not allowed")
+	}
+}
+
+func (f *fakeAPI) serveList(w http.ResponseWriter, ns string, q url.Values) {
+	f.mu.Lock()
+	var keys []string
+	for k := range f.clusters {
+		if ns == "" || strings.HasPrefix(k, ns+"/") {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	// A continue token carries the first page's resourceVersion: every page
+	// of one list reports the same snapshot, as with the real server.
+	startText, snapshot, _ := strings.Cut(q.Get("continue"), ":")
+	start, _ := strconv.Atoi(startText)
+	if snapshot == "" {
+		snapshot = strconv.Itoa(f.rv)
+	}
+	end := len(keys)
+	if limit, _ := strconv.Atoi(q.Get("limit")); limit > 0 && start+limit < end {
+		end = start + limit
+	}
+	items := []map[string]any{}
+	for _, k := range keys[min(start, end):end] {
+		items = append(items, f.clusters[k])
+	}
+	meta := map[string]any{"resourceVersion": snapshot}
+	if end < len(keys) {
+		meta["continue"] = strconv.Itoa(end) + ":" + snapshot
+	}
+	b := mustJSON(map[string]any{"apiVersion": apiVersion, "kind": "EtcdClusterList", "metadata": meta, "items": items})
+	f.mu.Unlock()
+	w.Write(b)
+}
+
+// serveWatch replays the history after rv, then streams live events, each
+// flushed on its own: chunked transfer encoding, as the real server does.
+func (f *fakeAPI) serveWatch(w http.ResponseWriter, r *http.Request, ns, rv string) {
+	from, _ := strconv.Atoi(rv)
+	ch := make(chan []byte, 1024)
+	f.mu.Lock()
+	if from < f.floor {
+		f.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(200)
+		st := map[string]any{"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{}, "status": "Failure",
+			"message": fmt.Sprintf("too old resource version: %d (%d)", from, f.floor), "reason": "Expired", "code": 410}
+		w.Write(append(mustJSON(map[string]any{"type": "ERROR", "object": st}), '\n'))
+		return
+	}
+	for _, ev := range f.history {
+		var obj EtcdCluster
+		_ = json.Unmarshal(ev.Object, &obj)
+		if n, _ := strconv.Atoi(obj.Metadata.ResourceVersion); n > from {
+			ch <- append(mustJSON(ev), '\n')
+		}
+	}
+	f.streams = append(f.streams, ch)
+	f.notify()
+	f.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	w.(http.Flusher).Flush()
+	defer f.dropStream(ch)
+	for {
+		select {
+		case b, ok := <-ch:
+			if !ok {
+				return
+			}
+			w.Write(b)
+			w.(http.Flusher).Flush()
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+func (f *fakeAPI) dropStream(ch chan []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if i := slices.Index(f.streams, ch); i >= 0 {
+		f.streams = slices.Delete(f.streams, i, i+1)
+	}
+	f.notify()
+}
+
+// serveCore handles services, pods and events in namespace ns.
+func (f *fakeAPI) serveCore(w http.ResponseWriter, r *http.Request, req request, ns, resource string, rest []string) {
+	if !slices.Contains([]string{"services", "pods", "events"}, resource) {
+		writeStatus(w, 404, "NotFound", "the server could not find the requested resource")
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case r.Method == "POST" && len(rest) == 0:
+		var obj map[string]any
+		if err := json.Unmarshal([]byte(req.Body), &obj); err != nil {
+			writeStatus(w, 400, "BadRequest", err.Error())
+			return
+		}
+		meta, _ := obj["metadata"].(map[string]any)
+		if meta == nil {
+			writeStatus(w, 422, "Invalid", "metadata is required")
+			return
+		}
+		if resource == "events" {
+			f.events = append(f.events, obj)
+			f.notify()
+			w.WriteHeader(201)
+			w.Write(mustJSON(obj))
+			return
+		}
+		name, _ := meta["name"].(string)
+		key := resource + "/" + ns + "/" + name
+		if _, ok := f.objects[key]; ok {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(409)
+			w.Write(mustJSON(map[string]any{"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{}, "status": "Failure",
+				"message": fmt.Sprintf("%s %q already exists", resource, name), "reason": "AlreadyExists",
+				"details": map[string]any{"name": name, "kind": resource}, "code": 409}))
+			return
+		}
+		f.uids++
+		meta["uid"] = fmt.Sprintf("obj-%d", f.uids)
+		meta["resourceVersion"] = f.nextRV()
+		f.objects[key] = obj
+		f.notify()
+		w.WriteHeader(201)
+		w.Write(mustJSON(obj))
+	case r.Method == "GET" && len(rest) == 1:
+		obj, ok := f.objects[resource+"/"+ns+"/"+rest[0]]
+		if !ok {
+			writeStatus(w, 404, "NotFound", fmt.Sprintf("%s %q not found", resource, rest[0]))
+			return
+		}
+		w.Write(mustJSON(obj))
+	default:
+		writeStatus(w, 405, "MethodNotAllowed", "method not allowed")
+	}
+}
+
+func writeStatus(w http.ResponseWriter, code int, reason, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(mustJSON(map[string]any{"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{},
+		"status": "Failure", "message": message, "reason": reason, "code": code}))
+}
+
+// mergePatch applies an RFC 7386 JSON merge patch.
+func mergePatch(target map[string]any, patch any) map[string]any {
+	p, ok := patch.(map[string]any)
+	if !ok {
+		return nil
+	}
+	out := map[string]any{}
+	for k, v := range target {
+		out[k] = v
+	}
+	for k, v := range p {
+		switch v := v.(type) {
+		case nil:
+			delete(out, k)
+		case map[string]any:
+			sub, _ := out[k].(map[string]any)
+			out[k] = mergePatch(sub, v)
+		default:
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func clone(obj map[string]any) map[string]any {
+	if obj == nil {
+		return nil
+	}
+	var c map[string]any
+	_ = json.Unmarshal(mustJSON(obj), &c)
+	return c
+}
+
+func jsonEqual(a, b any) bool { return string(mustJSON(a)) == string(mustJSON(b)) }
+
+func toInt(v any) int {
+	switch v := v.(type) {
+	case int:
+		return v
+	case float64:
+		return int(v)
+	}
+	return 0
+}

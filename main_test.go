@@ -1,0 +1,922 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// operator is one run of the operator against a fake API server.
+type operator struct {
+	t      *testing.T
+	cancel context.CancelFunc
+	done   chan error
+	logs   *syncBuffer
+}
+
+// startOperator runs the operator as main would, with flags. One worker
+// unless the test says otherwise, so that events are handled in order and a
+// test can use a later cluster as a marker that earlier ones are done.
+func startOperator(t *testing.T, f *fakeAPI, flags ...string) *operator {
+	t.Helper()
+	args := append([]string{"-master", f.srv.URL, "-workers", "1"}, flags...)
+	cfg, err := parseFlags(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	op := &operator{t: t, cancel: cancel, done: make(chan error, 1), logs: &syncBuffer{}}
+	log := slog.New(slog.NewTextHandler(op.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	go func() { op.done <- run(ctx, cfg, log) }()
+	t.Cleanup(func() {
+		op.stop()
+		if t.Failed() {
+			t.Logf("operator log:\n%s", op.logs.String())
+		}
+	})
+	return op
+}
+
+// stop cancels the operator and waits for run to return.
+func (op *operator) stop() {
+	op.t.Helper()
+	op.cancel()
+	select {
+	case err := <-op.done:
+		if err != nil {
+			op.t.Errorf("run: %v", err)
+		}
+		op.done <- nil // a second stop returns at once
+	case <-time.After(10 * time.Second):
+		op.t.Fatal("operator did not stop within 10s of cancellation")
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func size(n int) map[string]any { return map[string]any{"size": n} }
+
+func phaseOf(obj map[string]any) string {
+	st, _ := obj["status"].(map[string]any)
+	p, _ := st["phase"].(string)
+	return p
+}
+
+func statusOf(obj map[string]any) clusterStatus {
+	var st clusterStatus
+	_ = json.Unmarshal(mustJSON(obj["status"]), &st)
+	return st
+}
+
+// waitPhase waits until the fake holds the cluster in the given phase.
+func waitPhase(f *fakeAPI, name, phase string) map[string]any {
+	f.t.Helper()
+	f.waitFor(name+" in phase "+phase, func() bool { return phaseOf(f.clusters["default/"+name]) == phase })
+	return f.cluster("default", name)
+}
+
+// requestsSince returns the requests made after the first n.
+func (f *fakeAPI) requestsSince(n int) []request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.requests[n:])
+}
+
+func (f *fakeAPI) requestCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.requests)
+}
+
+// mentioning returns the requests whose path or body contain s.
+func mentioning(reqs []request, s string) []string {
+	var out []string
+	for _, r := range reqs {
+		if strings.Contains(r.Path, s) || strings.Contains(r.Body, s) {
+			out = append(out, r.Method+" "+r.Path)
+		}
+	}
+	return out
+}
+
+func TestCreatesCluster(t *testing.T) {
+	f := newFakeAPI(t)
+	ec := f.putCluster("default", "example", map[string]any{"size": 3, "version": "v3.6.16"})
+	uid := ec["metadata"].(map[string]any)["uid"].(string)
+	startOperator(t, f)
+	cluster := waitPhase(f, "example", phaseCreated)
+
+	if got, want := f.objectNames("services"), []string{"example-0", "example-1", "example-2", "example-client"}; !slices.Equal(got, want) {
+		t.Errorf("services = %v, want %v", got, want)
+	}
+	if got, want := f.objectNames("pods"), []string{"example-0", "example-1", "example-2"}; !slices.Equal(got, want) {
+		t.Errorf("pods = %v, want %v", got, want)
+	}
+
+	// Every Service is created before any Pod.
+	var kinds []string
+	for _, r := range f.requestsSince(0) {
+		if r.Method == "POST" && !strings.HasSuffix(r.Path, "/events") {
+			kinds = append(kinds, r.Path[strings.LastIndex(r.Path, "/")+1:])
+		}
+	}
+	if want := []string{"services", "services", "services", "services", "pods", "pods", "pods"}; !slices.Equal(kinds, want) {
+		t.Errorf("POST order = %v, want %v", kinds, want)
+	}
+
+	wantOwner := map[string]any{"apiVersion": "coreos.com/v1", "kind": "EtcdCluster", "name": "example", "uid": uid, "controller": true, "blockOwnerDeletion": true}
+	checkMeta := func(obj map[string]any, wantLabels map[string]any) {
+		t.Helper()
+		meta := obj["metadata"].(map[string]any)
+		if !jsonEqual(meta["labels"], wantLabels) {
+			t.Errorf("%s labels = %v, want %v", meta["name"], meta["labels"], wantLabels)
+		}
+		if owners := meta["ownerReferences"].([]any); len(owners) != 1 || !jsonEqual(owners[0], wantOwner) {
+			t.Errorf("%s ownerReferences = %v, want [%v]", meta["name"], owners, wantOwner)
+		}
+	}
+
+	const initialCluster = "example-0=http://example-0:2380,example-1=http://example-1:2380,example-2=http://example-2:2380"
+	tokens := map[string]bool{}
+	for _, m := range []string{"example-0", "example-1", "example-2"} {
+		labels := map[string]any{"app": "etcd", "etcd.coreos.com/cluster": "example", "etcd.coreos.com/member": m}
+		svc := f.object("services", "default", m)
+		checkMeta(svc, labels)
+		spec := svc["spec"].(map[string]any)
+		if !jsonEqual(spec["selector"], labels) {
+			t.Errorf("service %s selector = %v, want %v", m, spec["selector"], labels)
+		}
+		wantPorts := []any{
+			map[string]any{"name": "client", "port": 2379, "targetPort": 2379, "protocol": "TCP"},
+			map[string]any{"name": "peer", "port": 2380, "targetPort": 2380, "protocol": "TCP"},
+		}
+		if !jsonEqual(spec["ports"], wantPorts) {
+			t.Errorf("service %s ports = %v, want %v", m, spec["ports"], wantPorts)
+		}
+
+		pod := f.object("pods", "default", m)
+		checkMeta(pod, labels)
+		podSpec := pod["spec"].(map[string]any)
+		if podSpec["restartPolicy"] != "Always" {
+			t.Errorf("pod %s restartPolicy = %v, want Always", m, podSpec["restartPolicy"])
+		}
+		c := podSpec["containers"].([]any)[0].(map[string]any)
+		if c["image"] != "gcr.io/etcd-development/etcd:v3.6.16" {
+			t.Errorf("pod %s image = %v", m, c["image"])
+		}
+		if _, ok := c["readinessProbe"]; ok {
+			t.Errorf("pod %s has a readiness probe; it would deadlock bootstrap", m)
+		}
+		var cmd []string
+		for _, a := range c["command"].([]any) {
+			cmd = append(cmd, a.(string))
+		}
+		token := strings.TrimPrefix(cmd[len(cmd)-1], "--initial-cluster-token=")
+		tokens[token] = true
+		want := []string{
+			"/usr/local/bin/etcd",
+			"--name=" + m,
+			"--data-dir=/var/lib/etcd",
+			"--initial-advertise-peer-urls=http://" + m + ":2380",
+			"--listen-peer-urls=http://0.0.0.0:2380",
+			"--listen-client-urls=http://0.0.0.0:2379",
+			"--advertise-client-urls=http://" + m + ":2379",
+			"--initial-cluster=" + initialCluster,
+			"--initial-cluster-state=new",
+			"--initial-cluster-token=" + token,
+		}
+		if !slices.Equal(cmd, want) {
+			t.Errorf("pod %s command =\n%q\nwant\n%q", m, cmd, want)
+		}
+		if _, err := uuid.Parse(token); err != nil {
+			t.Errorf("pod %s: --initial-cluster-token %q is not a UUID: %v", m, token, err)
+		}
+		if mounts := c["volumeMounts"].([]any); len(mounts) != 1 || mounts[0].(map[string]any)["mountPath"] != "/var/lib/etcd" {
+			t.Errorf("pod %s volumeMounts = %v, want the data dir on a volume", m, mounts)
+		}
+		if vols := podSpec["volumes"].([]any); len(vols) != 1 || vols[0].(map[string]any)["emptyDir"] == nil {
+			t.Errorf("pod %s volumes = %v, want one emptyDir", m, vols)
+		}
+	}
+	if len(tokens) != 1 {
+		t.Errorf("members disagree on --initial-cluster-token: %v", tokens)
+	}
+
+	client := f.object("services", "default", "example-client")
+	checkMeta(client, map[string]any{"app": "etcd", "etcd.coreos.com/cluster": "example"})
+	if sel := client["spec"].(map[string]any)["selector"]; !jsonEqual(sel, map[string]any{"app": "etcd", "etcd.coreos.com/cluster": "example"}) {
+		t.Errorf("client service selector = %v", sel)
+	}
+
+	st := statusOf(cluster)
+	if want := []string{"example-0", "example-1", "example-2"}; !slices.Equal(st.Members, want) || st.ObservedGeneration != 1 {
+		t.Errorf("status = %+v, want members %v and observedGeneration 1", st, want)
+	}
+	var patches []string
+	for _, r := range f.requestsSince(0) {
+		if r.Method == "PATCH" {
+			if r.Path != "/apis/coreos.com/v1/namespaces/default/etcdclusters/example/status" || r.ContentType != "application/merge-patch+json" {
+				t.Errorf("status written as %s %s (%s)", r.Method, r.Path, r.ContentType)
+			}
+			var p struct{ Status clusterStatus }
+			_ = json.Unmarshal([]byte(r.Body), &p)
+			patches = append(patches, p.Status.Phase)
+		}
+	}
+	if want := []string{phaseCreating, phaseCreated}; !slices.Equal(patches, want) {
+		t.Errorf("status phases written = %v, want %v", patches, want)
+	}
+
+	f.waitFor("four events", func() bool { return len(f.events) >= 4 })
+	reasons := map[string]int{}
+	for _, ev := range f.postedEvents() {
+		reasons[ev["reason"].(string)]++
+		inv := ev["involvedObject"].(map[string]any)
+		if inv["uid"] != uid || inv["kind"] != "EtcdCluster" || inv["name"] != "example" {
+			t.Errorf("event involvedObject = %v", inv)
+		}
+	}
+	if reasons[reasonMemberCreated] != 3 || reasons[reasonClusterCreated] != 1 {
+		t.Errorf("event reasons = %v, want 3 %s and 1 %s", reasons, reasonMemberCreated, reasonClusterCreated)
+	}
+}
+
+// After a restart, the list replays every cluster as ADDED. That must not
+// create anything: with the status written it costs no request at all; with
+// the status lost, the POSTs are answered 409 and nothing new exists.
+func TestRestartCreatesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		loseStatus   bool
+		wantRequests bool
+	}{
+		{name: "status says Created", loseStatus: false, wantRequests: false},
+		{name: "status lost", loseStatus: true, wantRequests: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeAPI(t)
+			f.putCluster("default", "example", size(3))
+			op := startOperator(t, f)
+			waitPhase(f, "example", phaseCreated)
+			op.stop()
+			before := map[string]any{}
+			for _, r := range []string{"services", "pods"} {
+				for _, n := range f.objectNames(r) {
+					before[r+"/"+n] = f.object(r, "default", n)["metadata"].(map[string]any)["uid"]
+				}
+			}
+			if tc.loseStatus {
+				f.mu.Lock()
+				delete(f.clusters["default/example"], "status")
+				f.mu.Unlock()
+			}
+			mark := f.requestCount()
+
+			startOperator(t, f)
+			f.waitFor("the restarted operator to watch", func() bool { return len(f.streams) == 1 })
+			f.putCluster("default", "marker", size(1))
+			waitPhase(f, "marker", phaseCreated)
+			if tc.loseStatus {
+				waitPhase(f, "example", phaseCreated)
+			}
+
+			reqs := mentioning(f.requestsSince(mark), "example")
+			if !tc.wantRequests && len(reqs) > 0 {
+				t.Errorf("replay of a created cluster sent requests: %v", reqs)
+			}
+			after := map[string]any{}
+			for _, r := range []string{"services", "pods"} {
+				for _, n := range f.objectNames(r) {
+					if !strings.HasPrefix(n, "marker") {
+						after[r+"/"+n] = f.object(r, "default", n)["metadata"].(map[string]any)["uid"]
+					}
+				}
+			}
+			if !jsonEqual(before, after) {
+				t.Errorf("objects changed across restart:\nbefore %v\nafter  %v", before, after)
+			}
+		})
+	}
+}
+
+func TestModifiedAndDeleted(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		change     func(f *fakeAPI)
+		wantReason string // "" means: no request about the cluster at all
+		wantMsg    string
+	}{
+		{name: "same spec (a label change)", change: func(f *fakeAPI) { f.putCluster("default", "example", size(3)) }},
+		{name: "deleted", change: func(f *fakeAPI) { f.deleteCluster("default", "example") }},
+		{
+			name:       "size changed",
+			change:     func(f *fakeAPI) { f.putCluster("default", "example", size(5)) },
+			wantReason: reasonSizeChangeIgnored,
+			wantMsg:    "spec.size changed from 3 to 5; resizing is not supported yet",
+		},
+		{
+			name:       "version changed",
+			change:     func(f *fakeAPI) { f.putCluster("default", "example", map[string]any{"size": 3, "version": "v3.5.21"}) },
+			wantReason: reasonSpecChangeIgnored,
+			wantMsg:    "spec changed after creation",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeAPI(t)
+			f.putCluster("default", "example", size(3))
+			startOperator(t, f)
+			waitPhase(f, "example", phaseCreated)
+			f.waitFor("events of the creation", func() bool { return len(f.events) == 4 })
+			mark := f.requestCount()
+
+			tc.change(f)
+			f.putCluster("default", "marker", size(1))
+			waitPhase(f, "marker", phaseCreated)
+
+			if got := f.objectNames("pods"); !slices.Equal(got, []string{"example-0", "example-1", "example-2", "marker-0"}) {
+				t.Errorf("pods = %v, want the 3 members and the marker's", got)
+			}
+			var posts []string
+			for _, r := range f.requestsSince(mark) {
+				if r.Method == "POST" && !strings.HasSuffix(r.Path, "/events") && strings.Contains(r.Body, `"example`) {
+					posts = append(posts, r.Path)
+				}
+			}
+			if len(posts) > 0 {
+				t.Errorf("POSTed objects for example after the change: %v", posts)
+			}
+			if tc.wantReason == "" {
+				if reqs := mentioning(f.requestsSince(mark), "example"); len(reqs) > 0 {
+					t.Errorf("requests about example after the change: %v", reqs)
+				}
+				return
+			}
+			st := statusOf(f.cluster("default", "example"))
+			if st.Phase != phaseCreated || st.ObservedGeneration != 2 || !strings.Contains(st.Message, tc.wantMsg) {
+				t.Errorf("status = %+v, want Created, observedGeneration 2 and a message with %q", st, tc.wantMsg)
+			}
+			f.waitFor("a "+tc.wantReason+" event", func() bool {
+				return slices.ContainsFunc(f.events, func(ev map[string]any) bool { return ev["reason"] == tc.wantReason })
+			})
+		})
+	}
+}
+
+func TestInvalidSpecs(t *testing.T) {
+	cases := []struct {
+		name string
+		spec any
+		want string
+	}{
+		{"no-spec", nil, "spec is missing"},
+		{"spec-not-object", 5, "spec must be an object, not 5"},
+		{"size-missing", map[string]any{"version": "v3.6.16"}, "spec.size is missing"},
+		{"size-string", map[string]any{"size": "three"}, `spec.size must be a whole number from 1 to 7, not "three"`},
+		{"size-fraction", map[string]any{"size": 2.5}, "spec.size must be a whole number from 1 to 7, not 2.5"},
+		{"size-zero", size(0), "spec.size must be a whole number from 1 to 7, not 0"},
+		{"size-too-big", size(9), "spec.size must be a whole number from 1 to 7, not 9"},
+		{"version-number", map[string]any{"size": 1, "version": 3.6}, "spec.version must be a string, not 3.6"},
+		{"version-not-a-tag", map[string]any{"size": 1, "version": "3.6 latest"}, `spec.version "3.6 latest" is not a valid image tag`},
+	}
+	f := newFakeAPI(t)
+	for _, tc := range cases {
+		f.putCluster("default", tc.name, tc.spec)
+	}
+	f.putCluster("default", "valid", size(1))
+	op := startOperator(t, f)
+	waitPhase(f, "valid", phaseCreated)
+
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st := statusOf(waitPhase(f, tc.name, phaseFailed))
+			if !strings.Contains(st.Message, tc.want) {
+				t.Errorf("status.message = %q, want it to contain %q", st.Message, tc.want)
+			}
+			if !strings.Contains(op.logs.String(), "cluster=default/"+tc.name) {
+				t.Errorf("no log line names cluster default/%s", tc.name)
+			}
+			for _, r := range []string{"services", "pods"} {
+				for _, n := range f.objectNames(r) {
+					if strings.HasPrefix(n, tc.name) {
+						t.Errorf("created %s %s for an invalid cluster", r, n)
+					}
+				}
+			}
+			f.waitFor("an InvalidSpec event", func() bool {
+				return slices.ContainsFunc(f.events, func(ev map[string]any) bool {
+					return ev["reason"] == reasonInvalidSpec && ev["involvedObject"].(map[string]any)["name"] == tc.name
+				})
+			})
+		})
+	}
+
+	// Fixing the spec is a new generation: the cluster is created then.
+	f.putCluster("default", "size-zero", size(1))
+	waitPhase(f, "size-zero", phaseCreated)
+}
+
+// A failed POST is reported with the API server's own message, the operator
+// keeps going, and it retries until the cause is fixed.
+func TestCreateErrorIsReportedAndRetried(t *testing.T) {
+	f := newFakeAPI(t)
+	const denied = `pods is forbidden: User "system:serviceaccount:ops:etcd-operator" cannot create resource "pods" in API group "" in the namespace "default"`
+	var mu sync.Mutex
+	forbid := true
+	f.fault = func(r request) (int, string, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if forbid && r.Method == "POST" && strings.HasSuffix(r.Path, "/pods") {
+			return http.StatusForbidden, "", denied
+		}
+		return 0, "", ""
+	}
+	f.putCluster("default", "example", size(1))
+	op := startOperator(t, f)
+
+	st := statusOf(waitPhase(f, "example", phaseFailed))
+	if !strings.Contains(st.Message, "403 Forbidden") || !strings.Contains(st.Message, denied) {
+		t.Errorf("status.message = %q, want the 403 and the server's message", st.Message)
+	}
+	if posts := f.count("POST", "/api/v1/namespaces/default/pods"); posts != 1 {
+		t.Errorf("403 was retried at once: %d POSTs, want 1 until the retry", posts)
+	}
+	f.waitFor("a CreateFailed event", func() bool {
+		return slices.ContainsFunc(f.events, func(ev map[string]any) bool { return ev["reason"] == reasonCreateFailed })
+	})
+	if !strings.Contains(op.logs.String(), `cannot create resource \"pods\" in API group`) {
+		t.Error("the log does not carry the API server's message")
+	}
+
+	// Still running: another cluster is handled while the first one waits.
+	f.putCluster("default", "other", size(1))
+	f.waitFor("other's service", func() bool { return f.objects["services/default/other-0"] != nil })
+
+	mu.Lock()
+	forbid = false
+	mu.Unlock()
+	waitPhase(f, "example", phaseCreated)
+	waitPhase(f, "other", phaseCreated)
+	if got := f.objectNames("pods"); !slices.Equal(got, []string{"example-0", "other-0"}) {
+		t.Errorf("pods = %v", got)
+	}
+}
+
+// The watch resumes where it left off: after a clean end of stream and after
+// a stream cut in the middle of an event, from the last complete event; after
+// 410 Expired (as an ERROR event or as the answer to the watch request) it
+// lists again. Nothing is created twice.
+func TestWatchResumes(t *testing.T) {
+	const expired = `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 1 (200)","reason":"Expired","code":410}}` + "\n"
+	for _, tc := range []struct {
+		name      string
+		interrupt func(f *fakeAPI)
+		wantLists int
+	}{
+		{name: "end of stream", interrupt: func(f *fakeAPI) { f.closeStreams() }, wantLists: 1},
+		{name: "event cut in the middle", wantLists: 1, interrupt: func(f *fakeAPI) {
+			f.sendRaw(`{"type":"ADDED","object":{"apiVersion":"coreos.com/v1","kind":"EtcdCluster","metadata":{"name":"half","namespace":"default","resourceVersion":"999"},"spec":{"si`)
+			f.closeStreams()
+		}},
+		{name: "410 ERROR event", interrupt: func(f *fakeAPI) { f.sendRaw(expired) }, wantLists: 2},
+		{name: "410 answer to the watch", wantLists: 2, interrupt: func(f *fakeAPI) {
+			var once sync.Once
+			f.fault = func(r request) (int, string, string) {
+				code := 0
+				if r.Query.Get("watch") != "" {
+					once.Do(func() { code = http.StatusGone })
+				}
+				return code, "", "too old resource version"
+			}
+			f.closeStreams()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeAPI(t)
+			f.putCluster("default", "example", size(3))
+			startOperator(t, f)
+			waitPhase(f, "example", phaseCreated)
+			f.waitFor("the watch", func() bool { return len(f.streams) == 1 })
+			f.mu.Lock()
+			lastRV := f.history[len(f.history)-1].Object
+			watches := f.countLocked("GET", "/apis/coreos.com/v1/namespaces/default/etcdclusters")
+			f.mu.Unlock()
+			var last EtcdCluster
+			_ = json.Unmarshal(lastRV, &last)
+
+			tc.interrupt(f)
+			f.waitFor("a new watch", func() bool {
+				return f.countLocked("GET", "/apis/coreos.com/v1/namespaces/default/etcdclusters") > watches && len(f.streams) == 1
+			})
+			f.putCluster("default", "after", size(1))
+			waitPhase(f, "after", phaseCreated)
+
+			var lists, rewatch []string
+			for _, r := range f.requestsSince(0) {
+				if r.Method == "GET" && r.Query.Get("watch") == "" && strings.HasSuffix(r.Path, "/etcdclusters") {
+					lists = append(lists, r.Path)
+				}
+				if r.Query.Get("watch") != "" {
+					rewatch = append(rewatch, r.Query.Get("resourceVersion"))
+				}
+			}
+			if len(lists) != tc.wantLists {
+				t.Errorf("%d lists, want %d", len(lists), tc.wantLists)
+			}
+			if tc.wantLists == 1 && rewatch[1] != last.Metadata.ResourceVersion {
+				t.Errorf("re-watched from resourceVersion %s, want %s (the last complete event)", rewatch[1], last.Metadata.ResourceVersion)
+			}
+			if got := f.objectNames("pods"); !slices.Equal(got, []string{"after-0", "example-0", "example-1", "example-2"}) {
+				t.Errorf("pods = %v", got)
+			}
+			if n := f.count("POST", "/api/v1/namespaces/default/pods"); n != 4 {
+				t.Errorf("%d pod POSTs, want 4: nothing may be created twice", n)
+			}
+		})
+	}
+}
+
+// A watch that goes silent is dropped and re-established.
+func TestStalledWatchIsReplaced(t *testing.T) {
+	f := newFakeAPI(t)
+	op := startOperator(t, f, "-watch-stall", "2s")
+	f.waitFor("a second watch after the first stalled", func() bool {
+		n := 0
+		for _, r := range f.requests {
+			if r.Query.Get("watch") != "" {
+				n++
+			}
+		}
+		return n >= 2 && len(f.streams) == 1
+	})
+	if !strings.Contains(op.logs.String(), "watch stalled") {
+		t.Error("no log line says the watch stalled")
+	}
+	f.putCluster("default", "example", size(1))
+	waitPhase(f, "example", phaseCreated)
+}
+
+// Listing reads page by page and watches from the list's resourceVersion.
+func TestListPages(t *testing.T) {
+	f := newFakeAPI(t)
+	for i := range 5 {
+		f.putCluster("default", fmt.Sprintf("c%d", i), size(1))
+	}
+	listRV := fmt.Sprint(f.rv)
+	startOperator(t, f, "-page-size", "2", "-workers", "4")
+	for i := range 5 {
+		waitPhase(f, fmt.Sprintf("c%d", i), phaseCreated)
+	}
+	var pages, watchRV []string
+	for _, r := range f.requestsSince(0) {
+		if r.Method == "GET" && strings.HasSuffix(r.Path, "/etcdclusters") {
+			if r.Query.Get("watch") != "" {
+				watchRV = append(watchRV, r.Query.Get("resourceVersion"))
+			} else {
+				pages = append(pages, r.Query.Get("limit")+":"+r.Query.Get("continue"))
+			}
+		}
+	}
+	if want := []string{"2:", "2:2:" + listRV, "2:4:" + listRV}; !slices.Equal(pages, want) {
+		t.Errorf("list pages (limit:continue) = %v, want %v", pages, want)
+	}
+	if len(watchRV) == 0 || watchRV[0] != listRV {
+		t.Errorf("first watch from %v, want the list's resourceVersion %s", watchRV, listRV)
+	}
+}
+
+// Cancelling the context stops the operator promptly, wherever it is.
+func TestShutdown(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		block string // a request path suffix the fake never answers
+		wait  func(f *fakeAPI) bool
+	}{
+		{name: "watching", wait: func(f *fakeAPI) bool { return len(f.streams) == 1 }},
+		{name: "creating", block: "/pods", wait: func(f *fakeAPI) bool { return f.countLocked("POST", "/api/v1/namespaces/default/pods") == 1 }},
+		{name: "listing", block: "/etcdclusters", wait: func(f *fakeAPI) bool { return len(f.requests) == 1 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeAPI(t)
+			if tc.block != "" {
+				f.fault = func(r request) (int, string, string) {
+					if strings.HasSuffix(r.Path, tc.block) && r.Method != "PATCH" {
+						<-r.Ctx.Done()
+					}
+					return 0, "", ""
+				}
+			}
+			f.putCluster("default", "example", size(1))
+			op := startOperator(t, f)
+			f.waitFor(tc.name, func() bool { return tc.wait(f) })
+			op.stop() // fails the test if run does not return within 10s
+			if !strings.Contains(op.logs.String(), "etcd-operator stopped") {
+				t.Error("no log line says the operator stopped")
+			}
+		})
+	}
+}
+
+// The client retries what may succeed later, and nothing else.
+func TestClientRetries(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		answers    []int // HTTP codes, in order; then 200
+		retryAfter string
+		wantTries  int
+		wantErr    string
+	}{
+		{name: "429 with Retry-After", answers: []int{429}, retryAfter: "1", wantTries: 2},
+		{name: "503 then success", answers: []int{503, 503}, wantTries: 3},
+		{name: "500 for good", answers: []int{500, 500, 500, 500}, wantTries: 4, wantErr: "500 InternalServerError: boom"},
+		{name: "404 is final", answers: []int{404}, wantTries: 1, wantErr: "404 NotFound: boom"},
+		{name: "403 is final", answers: []int{403}, wantTries: 1, wantErr: "403 Forbidden: boom"},
+		{name: "409 is final", answers: []int{409}, wantTries: 1, wantErr: "409 Conflict: boom"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var times []time.Time
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				n := len(times)
+				times = append(times, time.Now())
+				mu.Unlock()
+				if n < len(tc.answers) {
+					if tc.retryAfter != "" {
+						w.Header().Set("Retry-After", tc.retryAfter)
+					}
+					writeStatus(w, tc.answers[n], strings.ReplaceAll(http.StatusText(tc.answers[n]), " ", ""), "boom")
+					return
+				}
+				w.Write([]byte(`{}`))
+			}))
+			defer srv.Close()
+			c := newClient(srv.URL, nil)
+			c.retryBase, c.attempts = time.Millisecond, 4
+			_, err := c.do(context.Background(), "GET", "/x", nil, "")
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("err = %v, want %q", err, tc.wantErr)
+			}
+			if len(times) != tc.wantTries {
+				t.Errorf("%d tries, want %d", len(times), tc.wantTries)
+			}
+			if tc.retryAfter != "" && len(times) > 1 {
+				if gap := times[1].Sub(times[0]); gap < time.Second {
+					t.Errorf("retried after %v, before the 1s Retry-After", gap)
+				}
+			}
+		})
+	}
+}
+
+// Each request has a timeout; a hung request is retried, not waited on
+// forever.
+func TestClientTimeout(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	var mu sync.Mutex
+	tries := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		tries++
+		first := tries == 1
+		mu.Unlock()
+		if first {
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+			return
+		}
+		w.Write([]byte(`{"ok":true}`))
+	}))
+	defer srv.Close()
+	c := newClient(srv.URL, nil)
+	c.timeout, c.retryBase = 100*time.Millisecond, time.Millisecond
+	b, err := c.do(context.Background(), "GET", "/x", nil, "")
+	if err != nil || string(b) != `{"ok":true}` {
+		t.Fatalf("do = %s, %v; want the second answer", b, err)
+	}
+	if tries != 2 {
+		t.Errorf("%d tries, want 2", tries)
+	}
+}
+
+// In a Pod the client speaks HTTPS verified against the cluster CA, and
+// reads the (rotating) token for every request.
+func TestInClusterClient(t *testing.T) {
+	var mu sync.Mutex
+	var auth []string
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		auth = append(auth, r.Header.Get("Authorization"))
+		mu.Unlock()
+		w.Write([]byte(`{}`))
+	}))
+	defer srv.Close()
+
+	writeSA := func(t *testing.T, cert []byte, token string) string {
+		dir := t.TempDir()
+		ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert})
+		if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "token"), []byte(token+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	u, _ := url.Parse(srv.URL)
+	t.Setenv("KUBERNETES_SERVICE_HOST", u.Hostname())
+	t.Setenv("KUBERNETES_SERVICE_PORT", u.Port())
+
+	t.Run("token is read for every request", func(t *testing.T) {
+		dir := writeSA(t, srv.Certificate().Raw, "token-one")
+		c, err := inClusterClient(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.do(context.Background(), "GET", "/api", nil, ""); err != nil {
+			t.Fatal(err)
+		}
+		// The kubelet replaces the file when it rotates the token.
+		if err := os.WriteFile(filepath.Join(dir, "token"), []byte("token-two"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.do(context.Background(), "GET", "/api", nil, ""); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if want := []string{"Bearer token-one", "Bearer token-two"}; !slices.Equal(auth, want) {
+			t.Errorf("Authorization headers = %q, want %q", auth, want)
+		}
+	})
+	t.Run("server not signed by the cluster CA", func(t *testing.T) {
+		c, err := inClusterClient(writeSA(t, selfSignedCA(t), "secret-token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.attempts = 1
+		_, err = c.do(context.Background(), "GET", "/api", nil, "")
+		if err == nil || !strings.Contains(err.Error(), "certificate") {
+			t.Errorf("err = %v, want a certificate verification error", err)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret-token") {
+			t.Errorf("the error shows the token: %v", err)
+		}
+	})
+	t.Run("no token", func(t *testing.T) {
+		dir := writeSA(t, srv.Certificate().Raw, "x")
+		os.Remove(filepath.Join(dir, "token"))
+		if _, err := inClusterClient(dir); err == nil || !strings.Contains(err.Error(), "service account token") {
+			t.Errorf("err = %v, want a service account token error", err)
+		}
+	})
+}
+
+func TestRateLimiter(t *testing.T) {
+	// 10 requests at 1000/s with a burst of 5: the first 5 go at once, the
+	// other 5 each wait one more interval, so the whole takes >= 5ms.
+	r := newRateLimiter(1000, 5)
+	start := time.Now()
+	for range 10 {
+		if err := r.wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := time.Since(start); d < 4*time.Millisecond {
+		t.Errorf("10 requests took %v; the limit allows no less than 4ms", d)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	slow := newRateLimiter(0.001, 1)
+	_ = slow.wait(context.Background()) // takes the one token
+	if err := slow.wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("wait on a cancelled context = %v, want context.Canceled", err)
+	}
+}
+
+func TestFlags(t *testing.T) {
+	var out bytes.Buffer
+	if _, err := parseFlags([]string{"-h"}, &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: err = %v", err)
+	}
+	for _, want := range []string{"-master", `(default "http://127.0.0.1:8001")`, "-namespace", `(default "default")`, "-workers", "(default 16)", "-qps", "-burst", "-request-timeout", "-watch-stall", "-image", "-page-size", "-log-level"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("-h output lacks %q:\n%s", want, out.String())
+		}
+	}
+	for _, bad := range [][]string{{"-workers", "0"}, {"extra"}, {"-watch-stall", "1ms"}} {
+		if _, err := parseFlags(bad, io.Discard); err == nil {
+			t.Errorf("parseFlags(%q) accepted bad flags", bad)
+		}
+	}
+}
+
+func TestBaseName(t *testing.T) {
+	long := strings.Repeat("a", 253)
+	for _, tc := range []struct {
+		name, want string
+	}{
+		{"example", "example"},
+		{strings.Repeat("x", 56), strings.Repeat("x", 56)},
+		{"my.cluster", "my-cluster-"},
+		{"3node", "node-"},
+		{"123", "etcd-"},
+		{strings.Repeat("x", 57), strings.Repeat("x", 47) + "-"},
+		{long, strings.Repeat("a", 47) + "-"},
+	} {
+		got := baseName(tc.name)
+		if !strings.HasPrefix(got, tc.want) || (got != tc.want && len(got) != len(tc.want)+hashLen) {
+			t.Errorf("baseName(%.20q...) = %q, want %q plus a hash", tc.name, got, tc.want)
+		}
+		for _, obj := range []string{got + "-0", got + "-6", got + "-client"} {
+			if len(obj) > 63 || !dns1035.MatchString(obj) {
+				t.Errorf("object name %q is not a DNS-1035 label", obj)
+			}
+		}
+		if baseName(tc.name) != got {
+			t.Errorf("baseName(%q) is not deterministic", tc.name)
+		}
+	}
+	// Names that clean to the same text still differ by their hash.
+	if a, b := baseName("a.b"), baseName("a..b"); a == b || a == "a-b" {
+		t.Errorf("baseName(a.b) = %q, baseName(a..b) = %q: want distinct hashed names", a, b)
+	}
+	if a, b := baseName(long), baseName(long[:252]+"b"); a == b {
+		t.Errorf("two long names share base name %q", a)
+	}
+}
+
+func TestTokenIsStablePerUID(t *testing.T) {
+	plan := func(uid string) clusterPlan {
+		ec := &EtcdCluster{Metadata: objectMeta{Name: "example", Namespace: "default", UID: uid}}
+		return newClusterPlan(ec, clusterSpec{Size: 3, Version: defaultVersion}, "img")
+	}
+	a, b := plan("uid-1"), plan("uid-2")
+	if a.Token != plan("uid-1").Token {
+		t.Error("the token of one cluster changes between calls")
+	}
+	if a.Token == b.Token {
+		t.Error("two clusters (different uids) share a token")
+	}
+}
+
+// selfSignedCA makes a CA certificate that signed nothing. (Every httptest
+// server uses the same built-in certificate, so another one would not do.)
+func selfSignedCA(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "other-ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der
+}

@@ -1,0 +1,308 @@
+// Manifests: what an EtcdCluster becomes.
+//
+// An operator turns one object that a user writes into the many objects that
+// Kubernetes runs. Here a cluster of size N becomes N+1 Services and N Pods,
+// built by hand as JSON so that every field a reader sees is one the API
+// server receives. Three Kubernetes ideas meet in this file:
+//
+//   - Deterministic names. The same EtcdCluster always yields the same object
+//     names, so creating them again after a restart or a replayed event is
+//     answered 409 AlreadyExists instead of making a second cluster.
+//   - ownerReferences. Every object names the EtcdCluster as its controller,
+//     so deleting the EtcdCluster lets Kubernetes' garbage collector delete
+//     the rest; the operator needs no delete code at all.
+//   - Services before Pods. etcd resolves its peers' names when it starts;
+//     each member's Service exists before any member's Pod does.
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+)
+
+const (
+	group      = "coreos.com"
+	apiVersion = group + "/v1"
+	kind       = "EtcdCluster"
+
+	clientPort = 2379
+	peerPort   = 2380
+
+	// The CRD (examples/crd.yaml) enforces the same bounds; the operator
+	// checks again because it cannot know which CRD a cluster was given.
+	minSize = 1
+	maxSize = 7
+
+	defaultVersion = "v3.6.16"
+
+	// maxBaseLen leaves room for "-client" within the 63-character limit
+	// of a DNS-1035 label, which Service names must be.
+	maxBaseLen = 63 - len("-client")
+	hashLen    = 8
+)
+
+// Label keys carried by every object the operator creates.
+const (
+	labelApp     = "app"
+	labelCluster = "etcd.coreos.com/cluster"
+	labelMember  = "etcd.coreos.com/member"
+)
+
+var (
+	dns1035 = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
+	// An OCI image tag: at most 128 characters of [A-Za-z0-9_.-], not
+	// starting with '.' or '-'. etcd's own tags look like v3.6.16.
+	imageTag = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+
+	// tokenNamespace makes --initial-cluster-token a UUID derived from the
+	// EtcdCluster's uid: equal for all members and across operator restarts,
+	// different for a new cluster of the same name.
+	tokenNamespace = uuid.MustParse("6f1c0f3e-6e0a-4f8f-9a55-0e3b7c1d2a10")
+)
+
+// clusterSpec is the validated form of an EtcdCluster's spec.
+type clusterSpec struct {
+	Size    int
+	Version string
+}
+
+// parseSpec decodes and validates a spec. Its errors name the field, since
+// they end up in the EtcdCluster's status where the user reads them.
+func parseSpec(raw json.RawMessage) (clusterSpec, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return clusterSpec{}, errors.New("spec is missing")
+	}
+	var s struct {
+		Size    json.RawMessage `json:"size"`
+		Version json.RawMessage `json:"version"`
+	}
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return clusterSpec{}, fmt.Errorf("spec must be an object, not %s", excerpt(raw))
+	}
+	if len(s.Size) == 0 || string(s.Size) == "null" {
+		return clusterSpec{}, errors.New("spec.size is missing")
+	}
+	// A JSON integer is also a Go integer literal; 3.0, "3" and 1e1 are not.
+	size, err := strconv.Atoi(string(s.Size))
+	if err != nil || size < minSize || size > maxSize {
+		return clusterSpec{}, fmt.Errorf("spec.size must be a whole number from %d to %d, not %s", minSize, maxSize, excerpt(s.Size))
+	}
+	version := defaultVersion
+	if len(s.Version) > 0 && string(s.Version) != "null" {
+		if err := json.Unmarshal(s.Version, &version); err != nil {
+			return clusterSpec{}, fmt.Errorf("spec.version must be a string, not %s", excerpt(s.Version))
+		}
+		if !imageTag.MatchString(version) {
+			return clusterSpec{}, fmt.Errorf("spec.version %s is not a valid image tag (for example %s)", excerpt(s.Version), defaultVersion)
+		}
+	}
+	return clusterSpec{Size: size, Version: version}, nil
+}
+
+// excerpt quotes at most 40 bytes of a user's JSON value for a message.
+func excerpt(raw []byte) string {
+	if len(raw) > 40 {
+		return string(raw[:40]) + "..."
+	}
+	return string(raw)
+}
+
+// baseName maps an EtcdCluster name (a DNS-1123 subdomain of up to 253
+// characters, possibly with dots or a leading digit) to a DNS-1035 label
+// short enough to prefix every object name. Names that are already fine are
+// kept as they are, so that a reader recognises "example-0" as a member of
+// "example". Others are cleaned, shortened and given a hash of the full name,
+// so that two different clusters never share a base name.
+func baseName(name string) string {
+	if len(name) <= maxBaseLen && dns1035.MatchString(name) {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	suffix := hex.EncodeToString(sum[:])[:hashLen]
+	clean := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, strings.ToLower(name))
+	clean = strings.TrimLeft(clean, "-0123456789")
+	if max := maxBaseLen - hashLen - 1; len(clean) > max {
+		clean = clean[:max]
+	}
+	clean = strings.TrimRight(clean, "-")
+	if clean == "" {
+		clean = "etcd"
+	}
+	return clean + "-" + suffix
+}
+
+// clusterPlan holds everything derived from one EtcdCluster: the names of
+// its objects and the JSON to create them with.
+type clusterPlan struct {
+	Base          string
+	Members       []string
+	ClientService string
+	Token         string
+	Image         string
+	owner         ownerReference
+	namespace     string
+}
+
+type ownerReference struct {
+	APIVersion         string `json:"apiVersion"`
+	Kind               string `json:"kind"`
+	Name               string `json:"name"`
+	UID                string `json:"uid"`
+	Controller         bool   `json:"controller"`
+	BlockOwnerDeletion bool   `json:"blockOwnerDeletion"`
+}
+
+func newClusterPlan(ec *EtcdCluster, spec clusterSpec, imageRepo string) clusterPlan {
+	p := clusterPlan{
+		Base:  baseName(ec.Metadata.Name),
+		Token: uuid.NewSHA1(tokenNamespace, []byte(ec.Metadata.UID)).String(),
+		Image: imageRepo + ":" + spec.Version,
+		owner: ownerReference{
+			APIVersion: apiVersion, Kind: kind,
+			Name: ec.Metadata.Name, UID: ec.Metadata.UID,
+			Controller: true, BlockOwnerDeletion: true,
+		},
+		namespace: ec.Metadata.Namespace,
+	}
+	for i := range spec.Size {
+		p.Members = append(p.Members, fmt.Sprintf("%s-%d", p.Base, i))
+	}
+	p.ClientService = p.Base + "-client"
+	return p
+}
+
+// initialCluster is etcd's static bootstrap list: every member's name and
+// peer URL. The host in each URL is the member's Service name, which cluster
+// DNS resolves within the namespace.
+func (p clusterPlan) initialCluster() string {
+	parts := make([]string, len(p.Members))
+	for i, m := range p.Members {
+		parts[i] = fmt.Sprintf("%s=http://%s:%d", m, m, peerPort)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (p clusterPlan) labels(member string) map[string]string {
+	l := map[string]string{labelApp: "etcd", labelCluster: p.Base}
+	if member != "" {
+		l[labelMember] = member
+	}
+	return l
+}
+
+func (p clusterPlan) meta(name, member string) map[string]any {
+	return map[string]any{
+		"name":            name,
+		"namespace":       p.namespace,
+		"labels":          p.labels(member),
+		"ownerReferences": []ownerReference{p.owner},
+	}
+}
+
+var servicePorts = []map[string]any{
+	{"name": "client", "port": clientPort, "targetPort": clientPort, "protocol": "TCP"},
+	{"name": "peer", "port": peerPort, "targetPort": peerPort, "protocol": "TCP"},
+}
+
+// memberService gives one member a stable name that resolves to it alone:
+// the host in its peer and client URLs.
+func (p clusterPlan) memberService(member string) []byte {
+	return mustJSON(map[string]any{
+		"apiVersion": "v1",
+		"kind":       "Service",
+		"metadata":   p.meta(member, member),
+		"spec": map[string]any{
+			"type":     "ClusterIP",
+			"selector": p.labels(member),
+			"ports":    servicePorts,
+			// Members must reach each other before any of them is
+			// serving; do not wait for readiness to publish the address.
+			"publishNotReadyAddresses": true,
+		},
+	})
+}
+
+// clientService is what applications use: port 2379 on any member.
+func (p clusterPlan) clientService() []byte {
+	return mustJSON(map[string]any{
+		"apiVersion": "v1",
+		"kind":       "Service",
+		"metadata":   p.meta(p.ClientService, ""),
+		"spec": map[string]any{
+			"type":     "ClusterIP",
+			"selector": p.labels(""),
+			"ports":    servicePorts[:1],
+		},
+	})
+}
+
+// etcdCommand is the member's command line: etcd's static bootstrap.
+func (p clusterPlan) etcdCommand(member string) []string {
+	return []string{
+		"/usr/local/bin/etcd",
+		"--name=" + member,
+		"--data-dir=/var/lib/etcd",
+		fmt.Sprintf("--initial-advertise-peer-urls=http://%s:%d", member, peerPort),
+		fmt.Sprintf("--listen-peer-urls=http://0.0.0.0:%d", peerPort),
+		fmt.Sprintf("--listen-client-urls=http://0.0.0.0:%d", clientPort),
+		fmt.Sprintf("--advertise-client-urls=http://%s:%d", member, clientPort),
+		"--initial-cluster=" + p.initialCluster(),
+		"--initial-cluster-state=new",
+		// The token keeps members of different clusters from joining each
+		// other by mistake; all members of one cluster must agree on it.
+		"--initial-cluster-token=" + p.Token,
+	}
+}
+
+func (p clusterPlan) memberPod(member string) []byte {
+	return mustJSON(map[string]any{
+		"apiVersion": "v1",
+		"kind":       "Pod",
+		"metadata":   p.meta(member, member),
+		"spec": map[string]any{
+			// Always, not the 2016 demo's Never: a crashed etcd restarts in
+			// the same Pod with the same emptyDir, so it rejoins with its
+			// data. With Never the member would be lost for good, and this
+			// operator does not replace members yet.
+			"restartPolicy": "Always",
+			// Service links would put one set of variables per Service in
+			// the namespace into etcd's environment, where names starting
+			// ETCD_ are read as etcd flags.
+			"enableServiceLinks": false,
+			"containers": []map[string]any{{
+				"name":    "etcd",
+				"image":   p.Image,
+				"command": p.etcdCommand(member),
+				"ports": []map[string]any{
+					{"name": "client", "containerPort": clientPort, "protocol": "TCP"},
+					{"name": "peer", "containerPort": peerPort, "protocol": "TCP"},
+				},
+				"volumeMounts": []map[string]any{{"name": "data", "mountPath": "/var/lib/etcd"}},
+				// No readiness probe: a member is healthy only once a quorum
+				// exists, and a quorum needs the peers' addresses published.
+			}},
+			"volumes": []map[string]any{{"name": "data", "emptyDir": map[string]any{}}},
+		},
+	})
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only maps, strings and numbers: cannot fail
+	}
+	return b
+}

@@ -1,0 +1,138 @@
+// Report: telling users what the operator did, through the API itself.
+//
+// An operator's logs are read by whoever runs it; its users read the objects
+// they wrote. Two Kubernetes mechanisms carry the news to them:
+//
+//   - The status subresource. The CRD declares `subresources: {status: {}}`,
+//     which splits the object in two: users write spec, the operator writes
+//     status (at .../etcdclusters/NAME/status), and neither can overwrite the
+//     other. status.observedGeneration records which spec (metadata.generation
+//     counts spec changes) the status describes, so a restarted operator can
+//     tell "done" from "to do" without a single request. `kubectl get`
+//     shows status.phase; `kubectl describe` shows status.message.
+//   - Events: small core/v1 objects pointing at the EtcdCluster
+//     (involvedObject) that `kubectl describe` lists under the object and
+//     `kubectl get events` shows for the namespace. They are best-effort, as
+//     in client-go: posted in the background, dropped rather than let them
+//     slow the real work down.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+)
+
+// Phases of an EtcdCluster, as its status reports them.
+const (
+	phaseCreating = "Creating"
+	phaseCreated  = "Created"
+	phaseFailed   = "Failed"
+)
+
+// Event types and reasons. A reason is a short CamelCase word that tools
+// filter on; the message says the rest.
+const (
+	eventNormal  = "Normal"
+	eventWarning = "Warning"
+
+	reasonClusterCreated    = "ClusterCreated"
+	reasonMemberCreated     = "MemberCreated"
+	reasonInvalidSpec       = "InvalidSpec"
+	reasonCreateFailed      = "CreateFailed"
+	reasonSizeChangeIgnored = "SizeChangeIgnored"
+	reasonSpecChangeIgnored = "SpecChangeIgnored"
+)
+
+// clusterStatus is the EtcdCluster's status. No omitempty: in a JSON merge
+// patch an absent field keeps its old value, and null removes it.
+type clusterStatus struct {
+	Phase              string   `json:"phase"`
+	Message            string   `json:"message"`
+	Members            []string `json:"members"`
+	ObservedGeneration int64    `json:"observedGeneration"`
+}
+
+func (ec *EtcdCluster) status() clusterStatus {
+	var st clusterStatus
+	_ = json.Unmarshal(ec.Status, &st) // a missing or foreign status is an empty one
+	return st
+}
+
+// setStatus writes the status subresource with a JSON merge patch, which
+// needs no resourceVersion and touches only the fields it names.
+func (c *controller) setStatus(ctx context.Context, ec *EtcdCluster, st clusterStatus) error {
+	path := clustersPath(ec.Metadata.Namespace) + "/" + url.PathEscape(ec.Metadata.Name) + "/status"
+	body := mustJSON(map[string]any{"status": st})
+	if _, err := c.client.do(ctx, http.MethodPatch, path, body, "application/merge-patch+json"); err != nil {
+		return fmt.Errorf("update status of %s: %w", ec.key(), err)
+	}
+	return nil
+}
+
+// recorder posts Events from one background goroutine.
+type recorder struct {
+	client   *client
+	log      *slog.Logger
+	queue    chan pendingEvent
+	instance string
+}
+
+type pendingEvent struct {
+	namespace string
+	body      []byte
+}
+
+func newRecorder(c *client, log *slog.Logger) *recorder {
+	host, _ := os.Hostname()
+	return &recorder{client: c, log: log, queue: make(chan pendingEvent, 1024), instance: host}
+}
+
+// record queues an Event about ec. It never blocks: when the queue is full
+// the Event is dropped, and the log still has the line.
+func (r *recorder) record(ec *EtcdCluster, typ, reason, message string) {
+	now := time.Now().UTC().Format(time.RFC3339)
+	name := ec.Metadata.Name
+	if len(name) > 200 {
+		name = name[:200] // generateName adds five characters; names stop at 253
+	}
+	body := mustJSON(map[string]any{
+		"apiVersion": "v1",
+		"kind":       "Event",
+		"metadata":   map[string]any{"generateName": name + ".", "namespace": ec.Metadata.Namespace},
+		"involvedObject": map[string]any{
+			"apiVersion": apiVersion, "kind": kind,
+			"name": ec.Metadata.Name, "namespace": ec.Metadata.Namespace,
+			"uid": ec.Metadata.UID, "resourceVersion": ec.Metadata.ResourceVersion,
+		},
+		"type": typ, "reason": reason, "message": message,
+		"source":             map[string]any{"component": "etcd-operator"},
+		"reportingComponent": "etcd-operator",
+		"reportingInstance":  r.instance,
+		"firstTimestamp":     now, "lastTimestamp": now, "count": 1,
+	})
+	select {
+	case r.queue <- pendingEvent{namespace: ec.Metadata.Namespace, body: body}:
+	default:
+		r.log.Warn("event queue full; dropping event", "cluster", ec.key(), "reason", reason)
+	}
+}
+
+func (r *recorder) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-r.queue:
+			path := "/api/v1/namespaces/" + url.PathEscape(ev.namespace) + "/events"
+			if _, err := r.client.do(ctx, http.MethodPost, path, ev.body, "application/json"); err != nil && ctx.Err() == nil {
+				r.log.Warn("posting event failed", "err", err)
+			}
+		}
+	}
+}

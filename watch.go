@@ -1,0 +1,331 @@
+// Watch: list, then watch from the list's resourceVersion.
+//
+// This is the pattern behind every Kubernetes controller (client-go calls it
+// a reflector). A LIST returns the objects as they are and a resourceVersion,
+// a position in the API server's history. A WATCH from that position streams
+// every change after it as one JSON event per line: ADDED, MODIFIED, DELETED,
+// BOOKMARK (no change, only a newer resourceVersion to resume from) and ERROR.
+// The API server ends watches on its own after a while, so the watcher
+// resumes from the last resourceVersion it saw; when that position is too old
+// to resume from, the server answers 410 Gone ("Expired") and the watcher
+// lists again. The 2016 demo did one watch with no list and no resume.
+//
+// The watcher only reads. Every object it sees goes into one channel, in
+// order, for the control loop in main.go to act on.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// EtcdCluster is the custom resource that examples/crd.yaml defines. Spec is
+// kept raw so that a malformed spec is reported by the control loop (which
+// can name the object and the field) instead of breaking the stream.
+type EtcdCluster struct {
+	APIVersion string          `json:"apiVersion"`
+	Kind       string          `json:"kind"`
+	Metadata   objectMeta      `json:"metadata"`
+	Spec       json.RawMessage `json:"spec"`
+	Status     json.RawMessage `json:"status,omitempty"`
+}
+
+type objectMeta struct {
+	Name            string `json:"name"`
+	Namespace       string `json:"namespace,omitempty"`
+	UID             string `json:"uid,omitempty"`
+	ResourceVersion string `json:"resourceVersion,omitempty"`
+	Generation      int64  `json:"generation,omitempty"`
+}
+
+// key names a cluster in logs and in the control loop's bookkeeping.
+func (ec *EtcdCluster) key() string { return ec.Metadata.Namespace + "/" + ec.Metadata.Name }
+
+// event is what the watcher hands to the control loop.
+type event struct {
+	Type    string // ADDED, MODIFIED or DELETED
+	Cluster *EtcdCluster
+}
+
+// watchEvent is one line of a watch stream.
+type watchEvent struct {
+	Type   string          `json:"type"`
+	Object json.RawMessage `json:"object"`
+}
+
+// errExpired means the resourceVersion to resume from is no longer in the
+// API server's history: the watcher must list again.
+var errExpired = errors.New("resourceVersion expired (410)")
+
+var errStalled = errors.New("watch stalled")
+
+type watcher struct {
+	client *client
+	path   string // the collection, e.g. /apis/coreos.com/v1/namespaces/default/etcdclusters
+	// stall bounds how long a watch may stay silent. The server is asked to
+	// end each watch well before that, so only a broken one reaches it.
+	stall    time.Duration
+	pageSize int
+	log      *slog.Logger
+}
+
+func clustersPath(namespace string) string {
+	if namespace == "" {
+		return "/apis/" + apiVersion + "/etcdclusters"
+	}
+	return "/apis/" + apiVersion + "/namespaces/" + url.PathEscape(namespace) + "/etcdclusters"
+}
+
+// run lists and watches until ctx ends, then closes events. It never gives
+// up: every failure is logged and retried after a capped, jittered backoff.
+func (w *watcher) run(ctx context.Context, events chan<- event) {
+	defer close(events)
+	retry := backoff{min: 500 * time.Millisecond, max: 30 * time.Second}
+	rv := ""
+	for ctx.Err() == nil {
+		if rv == "" {
+			var err error
+			if rv, err = w.list(ctx, events); err != nil {
+				if ctx.Err() == nil {
+					w.log.Error("list failed; retrying", "path", w.path, "err", err)
+					retry.wait(ctx)
+				}
+				continue
+			}
+		}
+		started := time.Now()
+		next, n, err := w.watch(ctx, rv, events)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, errExpired):
+			w.log.Info("watch position expired; listing again", "resourceVersion", rv)
+			rv = ""
+			continue
+		case err != nil:
+			w.log.Warn("watch ended; resuming", "resourceVersion", next, "err", err)
+		default:
+			w.log.Debug("watch closed by server; resuming", "resourceVersion", next, "events", n)
+		}
+		rv = next
+		// A watch that carried events or lasted a while was healthy: resume
+		// at once. One that ended at once, again and again, gets a backoff,
+		// so that a misbehaving server is never hammered.
+		if err == nil && (n > 0 || time.Since(started) > 5*time.Second) {
+			retry.reset()
+		} else {
+			retry.wait(ctx)
+		}
+	}
+}
+
+// list sends every EtcdCluster as an ADDED event and returns the
+// resourceVersion to watch from. It reads in pages so that memory stays
+// flat however many clusters there are.
+func (w *watcher) list(ctx context.Context, events chan<- event) (string, error) {
+	cont := ""
+	for {
+		q := url.Values{"limit": {fmt.Sprint(w.pageSize)}}
+		if cont != "" {
+			q.Set("continue", cont)
+		}
+		body, err := w.client.do(ctx, http.MethodGet, w.path+"?"+q.Encode(), nil, "")
+		if err != nil {
+			return "", fmt.Errorf("list etcdclusters: %w", err)
+		}
+		var page struct {
+			Metadata struct {
+				ResourceVersion string `json:"resourceVersion"`
+				Continue        string `json:"continue"`
+			} `json:"metadata"`
+			Items []json.RawMessage `json:"items"`
+		}
+		if err := json.Unmarshal(body, &page); err != nil {
+			return "", fmt.Errorf("list etcdclusters: decode: %w", err)
+		}
+		if page.Metadata.ResourceVersion == "" {
+			return "", errors.New("list etcdclusters: no metadata.resourceVersion in the answer")
+		}
+		for _, item := range page.Items {
+			ec, err := decodeCluster(item)
+			if err != nil {
+				w.log.Error("skipping undecodable EtcdCluster", "object", excerpt(item), "err", err)
+				continue
+			}
+			if !send(ctx, events, event{Type: "ADDED", Cluster: ec}) {
+				return "", ctx.Err()
+			}
+		}
+		if page.Metadata.Continue == "" {
+			w.log.Info("listed etcdclusters", "path", w.path, "resourceVersion", page.Metadata.ResourceVersion)
+			return page.Metadata.ResourceVersion, nil
+		}
+		cont = page.Metadata.Continue
+	}
+}
+
+// watch streams events from rv until the stream ends. It returns the last
+// resourceVersion seen and how many events it read; on errExpired the caller
+// must list again.
+func (w *watcher) watch(ctx context.Context, rv string, events chan<- event) (string, int, error) {
+	// Ask the server to end the watch at a random point before the stall
+	// bound (spreading reconnects, as client-go does), so that a silent but
+	// healthy watch is never mistaken for a stalled one.
+	timeout := w.stall/2 + rand.N(w.stall/4+1)
+	q := url.Values{
+		"watch":               {"1"},
+		"resourceVersion":     {rv},
+		"allowWatchBookmarks": {"true"},
+		"timeoutSeconds":      {fmt.Sprint(max(1, int(timeout.Seconds())))},
+	}
+	streamCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	body, err := w.client.stream(streamCtx, w.path+"?"+q.Encode())
+	if err != nil {
+		var apiErr *apiError
+		if errors.As(err, &apiErr) && apiErr.Code == http.StatusGone {
+			return rv, 0, errExpired
+		}
+		return rv, 0, fmt.Errorf("watch etcdclusters: %w", err)
+	}
+	defer body.Close()
+	// The stall timer is pushed back by every byte that arrives; if it
+	// fires, it cancels the request, which unblocks the read.
+	stall := time.AfterFunc(w.stall, func() { cancel(errStalled) })
+	defer stall.Stop()
+	rv, n, err := w.decode(ctx, &stallReader{r: body, timer: stall, d: w.stall}, rv, events)
+	if errors.Is(context.Cause(streamCtx), errStalled) {
+		return rv, n, fmt.Errorf("no data for %s: %w", w.stall, errStalled)
+	}
+	return rv, n, err
+}
+
+// decode reads watch events from one stream until it ends. One decoder for
+// the whole stream: it buffers what it has read past the current event, so
+// a decoder per event (as in 2016) loses data. A stream cut in the middle of
+// an event ends with an error, and the caller resumes from the last event
+// that arrived whole.
+func (w *watcher) decode(ctx context.Context, stream io.Reader, rv string, events chan<- event) (string, int, error) {
+	dec := json.NewDecoder(stream)
+	n := 0
+	for {
+		var we watchEvent
+		if err := dec.Decode(&we); err != nil {
+			switch {
+			case ctx.Err() != nil:
+				return rv, n, ctx.Err()
+			case err == io.EOF:
+				return rv, n, nil
+			default:
+				return rv, n, fmt.Errorf("read watch stream after resourceVersion %s: %w", rv, err)
+			}
+		}
+		n++
+		switch we.Type {
+		case "ADDED", "MODIFIED", "DELETED":
+			ec, err := decodeCluster(we.Object)
+			if err != nil {
+				w.log.Error("skipping undecodable EtcdCluster", "event", we.Type, "object", excerpt(we.Object), "err", err)
+				continue
+			}
+			if ec.Metadata.ResourceVersion != "" {
+				rv = ec.Metadata.ResourceVersion
+			}
+			if !send(ctx, events, event{Type: we.Type, Cluster: ec}) {
+				return rv, n, ctx.Err()
+			}
+		case "BOOKMARK":
+			// Nothing changed; the server only says where we are now.
+			var b struct {
+				Metadata objectMeta `json:"metadata"`
+			}
+			if json.Unmarshal(we.Object, &b) == nil && b.Metadata.ResourceVersion != "" {
+				rv = b.Metadata.ResourceVersion
+			}
+		case "ERROR":
+			st := decodeStatus(we.Object)
+			if st.Code == http.StatusGone {
+				return rv, n, errExpired
+			}
+			return rv, n, fmt.Errorf("watch error event: %d %s: %s", st.Code, st.Reason, st.Message)
+		default:
+			w.log.Warn("ignoring watch event of unknown type", "type", we.Type)
+		}
+	}
+}
+
+func decodeCluster(raw json.RawMessage) (*EtcdCluster, error) {
+	var ec EtcdCluster
+	if err := json.Unmarshal(raw, &ec); err != nil {
+		return nil, err
+	}
+	if ec.Metadata.Name == "" {
+		return nil, errors.New("no metadata.name")
+	}
+	return &ec, nil
+}
+
+func send(ctx context.Context, events chan<- event, ev event) bool {
+	select {
+	case events <- ev:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// stallReader pushes the stall deadline back whenever bytes arrive.
+type stallReader struct {
+	r     io.Reader
+	timer *time.Timer
+	d     time.Duration
+}
+
+func (s *stallReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if n > 0 {
+		s.timer.Reset(s.d)
+	}
+	return n, err
+}
+
+// backoff is capped exponential backoff with jitter.
+type backoff struct {
+	min, max time.Duration
+	next     time.Duration
+}
+
+func (b *backoff) reset() { b.next = 0 }
+
+// delay returns the next wait: each one doubles up to max, and is drawn at
+// random from its upper half so that many clients do not retry in step.
+func (b *backoff) delay() time.Duration {
+	if b.next == 0 {
+		b.next = b.min
+	}
+	d := b.next
+	b.next = min(2*b.next, b.max)
+	return d/2 + rand.N(d/2+1)
+}
+
+func (b *backoff) wait(ctx context.Context) { sleep(ctx, b.delay()) }
+
+// sleep waits for d or until ctx ends, and says whether the whole d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
