@@ -1,0 +1,480 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// AdminToken authenticates the tests (and kubectl, and the controller
+// manager) as a member of system:masters.
+const AdminToken = "e2e-admin-token"
+
+// ControlPlane is a running local control plane: every process listens on
+// 127.0.0.1 only, on free ports, and keeps its log in Dir.
+type ControlPlane struct {
+	Dir          string
+	Bin          Binaries
+	EtcdURL      string
+	APIServerURL string // https, the admin token authenticates
+	ProxyURL     string // kubectl proxy: what the operator talks to
+	Kubeconfig   string
+	CAFile       string // signs the API server's serving certificate
+
+	out       io.Writer
+	apiPort   int
+	proxyPort int
+	http      *http.Client
+	mu        sync.Mutex
+	procs     map[string]*Process
+}
+
+// Process is one child process with its log file.
+type Process struct {
+	Name    string
+	LogPath string
+	cmd     *exec.Cmd
+	done    chan struct{}
+}
+
+// Start starts etcd, kube-apiserver, kube-controller-manager (the garbage
+// collector and the ServiceAccount controller, which creates the default
+// ServiceAccount that Pods need) and kubectl proxy, and waits until the
+// default namespace can take Pods. On error it stops what it started.
+func Start(out io.Writer, bin Binaries, dir string) (_ *ControlPlane, err error) {
+	cp := &ControlPlane{Dir: dir, Bin: bin, out: out, procs: map[string]*Process{}}
+	defer func() {
+		if err != nil {
+			cp.Stop()
+		}
+	}()
+	if err := cp.writeCredentials(); err != nil {
+		return nil, err
+	}
+	if err := cp.startEtcd(); err != nil {
+		return nil, err
+	}
+	if cp.apiPort, err = freePort(); err != nil {
+		return nil, err
+	}
+	cp.APIServerURL = fmt.Sprintf("https://127.0.0.1:%d", cp.apiPort)
+	if err := cp.writeKubeconfig(); err != nil {
+		return nil, err
+	}
+	if err := cp.StartAPIServer(); err != nil {
+		return nil, err
+	}
+	kcmPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := cp.start("kube-controller-manager", bin.ControllerManager,
+		"--kubeconfig="+cp.Kubeconfig,
+		"--controllers=garbagecollector,serviceaccount",
+		"--leader-elect=false",
+		"--use-service-account-credentials=false",
+		"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", kcmPort),
+	); err != nil {
+		return nil, err
+	}
+	if cp.proxyPort, err = freePort(); err != nil {
+		return nil, err
+	}
+	cp.ProxyURL = fmt.Sprintf("http://127.0.0.1:%d", cp.proxyPort)
+	if err := cp.StartProxy(); err != nil {
+		return nil, err
+	}
+	err = Eventually(60*time.Second, "the default ServiceAccount", func() (bool, error) {
+		code, _, _ := cp.Do("GET", "/api/v1/namespaces/default/serviceaccounts/default", nil, "")
+		return code == 200, nil
+	})
+	return cp, err
+}
+
+func (cp *ControlPlane) writeCredentials() error {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "etcd-operator-e2e-ca"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	// The ServiceAccount token signing key: one RSA key serves as both
+	// the signing key and the verification key.
+	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	cp.CAFile = filepath.Join(cp.Dir, "ca.crt")
+	files := map[string][]byte{
+		"ca.crt":        pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		"apiserver.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		"apiserver.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+		"sa.key":        pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(saKey)}),
+		"tokens.csv":    []byte(AdminToken + ",admin,admin,system:masters\n"),
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(cp.Dir, name), b, 0o600); err != nil {
+			return err
+		}
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	cp.http = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	return nil
+}
+
+func (cp *ControlPlane) startEtcd() error {
+	clientPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	peerPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	cp.EtcdURL = fmt.Sprintf("http://127.0.0.1:%d", clientPort)
+	peer := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
+	if _, err := cp.start("etcd", cp.Bin.Etcd,
+		"--name=e2e", "--data-dir="+filepath.Join(cp.Dir, "etcd-data"),
+		"--listen-client-urls="+cp.EtcdURL, "--advertise-client-urls="+cp.EtcdURL,
+		"--listen-peer-urls="+peer, "--initial-advertise-peer-urls="+peer,
+		"--initial-cluster=e2e="+peer,
+		// Lets the API server's watch cache send BOOKMARKs on idle watches.
+		"--watch-progress-notify-interval=5s",
+		"--unsafe-no-fsync", // a test store; speed over durability
+		"--log-level=warn",
+	); err != nil {
+		return err
+	}
+	return Eventually(30*time.Second, "etcd /health", func() (bool, error) {
+		resp, err := http.Get(cp.EtcdURL + "/health")
+		if err != nil {
+			return false, nil
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), `"health":"true"`), nil
+	})
+}
+
+// StartAPIServer starts kube-apiserver on its port (the same one after a
+// restart) with any extra flags, and waits until it is ready.
+func (cp *ControlPlane) StartAPIServer(extra ...string) error {
+	args := append([]string{
+		"--etcd-servers=" + cp.EtcdURL,
+		"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", cp.apiPort),
+		// 1.37 refuses a loopback advertise address unless the endpoint
+		// reconciler, which would publish it in the kubernetes Service, is off.
+		"--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
+		"--tls-cert-file=" + filepath.Join(cp.Dir, "apiserver.crt"),
+		"--tls-private-key-file=" + filepath.Join(cp.Dir, "apiserver.key"),
+		"--token-auth-file=" + filepath.Join(cp.Dir, "tokens.csv"),
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + filepath.Join(cp.Dir, "sa.key"),
+		"--service-account-signing-key-file=" + filepath.Join(cp.Dir, "sa.key"),
+		// A /16: 200 clusters of 3 members need 800 Services, a /24 has 254.
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--profiling=false",
+	}, extra...)
+	if _, err := cp.start("kube-apiserver", cp.Bin.APIServer, args...); err != nil {
+		return err
+	}
+	return Eventually(90*time.Second, "kube-apiserver /readyz", func() (bool, error) {
+		code, _, err := cp.Do("GET", "/readyz", nil, "")
+		if err != nil && cp.exited("kube-apiserver") {
+			return false, fmt.Errorf("kube-apiserver exited; see %s", cp.LogPath("kube-apiserver"))
+		}
+		return code == 200, nil
+	})
+}
+
+// StartProxy runs kubectl proxy, the README's way to reach the API server.
+func (cp *ControlPlane) StartProxy() error {
+	if _, err := cp.start("kubectl-proxy", cp.Bin.Kubectl, "--kubeconfig="+cp.Kubeconfig,
+		"proxy", "--address=127.0.0.1", fmt.Sprintf("--port=%d", cp.proxyPort)); err != nil {
+		return err
+	}
+	return Eventually(30*time.Second, "kubectl proxy", func() (bool, error) {
+		resp, err := http.Get(cp.ProxyURL + "/api")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200, nil
+	})
+}
+
+func (cp *ControlPlane) writeKubeconfig() error {
+	cp.Kubeconfig = filepath.Join(cp.Dir, "kubeconfig")
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster:
+    server: %s
+    certificate-authority: %s
+users:
+- name: admin
+  user:
+    token: %s
+contexts:
+- name: e2e
+  context:
+    cluster: e2e
+    user: admin
+    namespace: default
+current-context: e2e
+`, cp.APIServerURL, cp.CAFile, AdminToken)
+	return os.WriteFile(cp.Kubeconfig, []byte(kc), 0o600)
+}
+
+// start runs a binary with its output in Dir/NAME.log. The child gets
+// SIGKILL if the test process dies, so nothing outlives a crashed test.
+func (cp *ControlPlane) start(name, bin string, args ...string) (*Process, error) {
+	return cp.StartProcess(name, nil, bin, args...)
+}
+
+// StartProcess is start with extra environment variables.
+func (cp *ControlPlane) StartProcess(name string, env []string, bin string, args ...string) (*Process, error) {
+	p := &Process{Name: name, LogPath: cp.LogPath(name), done: make(chan struct{})}
+	logFile, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(logFile, "==== %s: %s %s\n", time.Now().Format(time.RFC3339), bin, strings.Join(args, " "))
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	go func() {
+		p.cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	cp.mu.Lock()
+	cp.procs[name] = p
+	cp.mu.Unlock()
+	return p, nil
+}
+
+// LogPath is where a process's output goes.
+func (cp *ControlPlane) LogPath(name string) string { return filepath.Join(cp.Dir, name+".log") }
+
+func (cp *ControlPlane) exited(name string) bool {
+	cp.mu.Lock()
+	p := cp.procs[name]
+	cp.mu.Unlock()
+	if p == nil {
+		return true
+	}
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// StopProcess sends SIGTERM, then SIGKILL after grace, and waits for the
+// process to exit. (A SIGTERMed kube-apiserver keeps its watches open for up
+// to a minute; the tests do not wait for that.)
+func (cp *ControlPlane) StopProcess(name string, grace time.Duration) {
+	cp.mu.Lock()
+	p := cp.procs[name]
+	delete(cp.procs, name)
+	cp.mu.Unlock()
+	if p != nil {
+		p.Stop(grace)
+	}
+}
+
+// Stop stops a process: SIGTERM, then SIGKILL to its process group.
+func (p *Process) Stop(grace time.Duration) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// Done is closed when the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Stop stops every process, newest first.
+func (cp *ControlPlane) Stop() {
+	for _, name := range []string{"etcd-operator", "kubectl-proxy", "kube-controller-manager", "kube-apiserver", "etcd"} {
+		cp.StopProcess(name, 5*time.Second)
+	}
+	cp.mu.Lock()
+	rest := cp.procs
+	cp.procs = map[string]*Process{}
+	cp.mu.Unlock()
+	for _, p := range rest {
+		p.Stop(5 * time.Second)
+	}
+}
+
+// Do sends a request to the API server as admin.
+func (cp *ControlPlane) Do(method, path string, body []byte, contentType string) (int, []byte, error) {
+	req, err := http.NewRequest(method, cp.APIServerURL+path, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+AdminToken)
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := cp.http.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// Get decodes a GET of path into v; it fails on any status but 200.
+func (cp *ControlPlane) Get(path string, v any) error {
+	code, b, err := cp.Do("GET", path, nil, "")
+	if err != nil {
+		return err
+	}
+	if code != 200 {
+		return fmt.Errorf("GET %s: %d: %s", path, code, b)
+	}
+	return json.Unmarshal(b, v)
+}
+
+// Kubectl runs the kubectl built with the API server, as admin.
+func (cp *ControlPlane) Kubectl(stdin string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cp.Bin.Kubectl, append([]string{"--kubeconfig=" + cp.Kubeconfig}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// BuildOperator builds the operator as the README says: one static binary.
+func BuildOperator(dir string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "etcd-operator")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, ".")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build operator: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// StartOperator runs the operator against kubectl proxy, as the README's
+// quick start does, with any extra flags.
+func (cp *ControlPlane) StartOperator(bin string, extra ...string) (*Process, error) {
+	return cp.StartProcess("etcd-operator", nil, bin, append([]string{"-master=" + cp.ProxyURL}, extra...)...)
+}
+
+// DumpLogs writes the last lines of every log in Dir.
+func (cp *ControlPlane) DumpLogs(w io.Writer, lines int) {
+	logs, _ := filepath.Glob(filepath.Join(cp.Dir, "*.log"))
+	for _, path := range logs {
+		b, _ := os.ReadFile(path)
+		all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		fmt.Fprintf(w, "---- last %d lines of %s\n%s\n", lines, path, strings.Join(all[max(0, len(all)-lines):], "\n"))
+	}
+}
+
+// Eventually polls cond until it is true, it returns an error, or timeout
+// passes. It is for waiting on other processes, which cannot signal us.
+func Eventually(timeout time.Duration, what string, cond func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := cond()
+		if err != nil {
+			return fmt.Errorf("waiting for %s: %w", what, err)
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

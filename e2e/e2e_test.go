@@ -1,0 +1,447 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The tests share one control plane and one operator, started as the
+// README's quick start does: CRD applied, kubectl proxy, operator at the
+// proxy. Each test uses clusters of its own names.
+var (
+	cp          *ControlPlane
+	operatorBin string
+	operator    *Process
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	bin, err := BuildComponents(os.Stdout)
+	if err != nil {
+		fmt.Println("e2e:", err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "etcd-operator-e2e-")
+	if err != nil {
+		fmt.Println("e2e:", err)
+		return 1
+	}
+	start := time.Now()
+	cp, err = Start(os.Stdout, bin, dir)
+	if err != nil {
+		fmt.Println("e2e: start control plane:", err)
+		if cp != nil {
+			cp.DumpLogs(os.Stdout, 40)
+		}
+		fmt.Println("e2e: logs kept in", dir)
+		return 1
+	}
+	defer cp.Stop()
+	fmt.Printf("e2e: control plane up in %s (API server %s, kubectl proxy %s)\n", time.Since(start).Round(time.Millisecond), cp.APIServerURL, cp.ProxyURL)
+	code := func() int {
+		if operatorBin, err = BuildOperator(dir); err != nil {
+			fmt.Println("e2e:", err)
+			return 1
+		}
+		if err := applyCRD(); err != nil {
+			fmt.Println("e2e:", err)
+			return 1
+		}
+		if operator, err = cp.StartOperator(operatorBin, "-log-level=debug"); err != nil {
+			fmt.Println("e2e:", err)
+			return 1
+		}
+		return m.Run()
+	}()
+	if code != 0 {
+		cp.DumpLogs(os.Stdout, 60)
+		fmt.Println("e2e: logs kept in", dir)
+		return code
+	}
+	cp.Stop()
+	os.RemoveAll(dir)
+	return 0
+}
+
+func examplePath(name string) string {
+	root, _ := RepoRoot()
+	return filepath.Join(root, "examples", name)
+}
+
+func applyCRD() error {
+	if _, err := cp.Kubectl("", "apply", "-f", examplePath("crd.yaml")); err != nil {
+		return err
+	}
+	_, err := cp.Kubectl("", "wait", "--for=condition=Established", "--timeout=60s", "crd/etcdclusters.coreos.com")
+	return err
+}
+
+// object is a decoded Kubernetes object.
+type object map[string]any
+
+func (o object) meta() map[string]any { m, _ := o["metadata"].(map[string]any); return m }
+func (o object) name() string         { s, _ := o.meta()["name"].(string); return s }
+func (o object) uid() string          { s, _ := o.meta()["uid"].(string); return s }
+func (o object) status() map[string]any {
+	s, _ := o["status"].(map[string]any)
+	return s
+}
+
+func getCluster(t *testing.T, name string) object {
+	t.Helper()
+	var o object
+	if err := cp.Get("/apis/coreos.com/v1/namespaces/default/etcdclusters/"+name, &o); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// list returns the objects of a core resource with a label selector.
+func list(t *testing.T, resource, selector string) []object {
+	t.Helper()
+	var l struct{ Items []object }
+	if err := cp.Get("/api/v1/namespaces/default/"+resource+"?labelSelector="+selector, &l); err != nil {
+		t.Fatal(err)
+	}
+	return l.Items
+}
+
+func names(objs []object) []string {
+	var n []string
+	for _, o := range objs {
+		n = append(n, o.name())
+	}
+	slices.Sort(n)
+	return n
+}
+
+func ofCluster(name string) string { return "etcd.coreos.com/cluster%3D" + name }
+
+// waitPhase waits until the EtcdCluster's status reaches phase.
+func waitPhase(t *testing.T, name, phase string, timeout time.Duration) object {
+	t.Helper()
+	var o object
+	err := Eventually(timeout, name+" in phase "+phase, func() (bool, error) {
+		o = object{}
+		if err := cp.Get("/apis/coreos.com/v1/namespaces/default/etcdclusters/"+name, &o); err != nil {
+			return false, nil
+		}
+		return o.status()["phase"] == phase, nil
+	})
+	if err != nil {
+		t.Fatalf("%v; last status: %v", err, o.status())
+	}
+	return o
+}
+
+func apply(t *testing.T, yaml string) {
+	t.Helper()
+	if _, err := cp.Kubectl(yaml, "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func clusterYAML(name string, size int) string {
+	return fmt.Sprintf("apiVersion: coreos.com/v1\nkind: EtcdCluster\nmetadata:\n  name: %s\nspec:\n  size: %d\n---\n", name, size)
+}
+
+// operatorLog returns the operator's log from byte offset from on.
+func operatorLog(t *testing.T, from int) string {
+	t.Helper()
+	b, err := os.ReadFile(cp.LogPath("etcd-operator"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b[min(from, len(b)):])
+}
+
+func logSize(t *testing.T) int { return len(operatorLog(t, 0)) }
+
+// uids maps "kind/name" to uid for every object of a cluster.
+func uids(t *testing.T, cluster string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	for _, r := range []string{"pods", "services"} {
+		for _, o := range list(t, r, ofCluster(cluster)) {
+			m[r+"/"+o.name()] = o.uid()
+		}
+	}
+	return m
+}
+
+// 1. The README's quick start: the objects exist as the server stored them.
+func TestQuickStart(t *testing.T) {
+	if _, err := cp.Kubectl("", "apply", "-f", examplePath("etcd-cluster.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	ec := waitPhase(t, "example", "Created", 60*time.Second)
+	if got := ec.status()["members"]; fmt.Sprint(got) != "[example-0 example-1 example-2]" {
+		t.Errorf("status.members = %v", got)
+	}
+	pods := list(t, "pods", ofCluster("example"))
+	svcs := list(t, "services", ofCluster("example"))
+	if got := names(pods); !slices.Equal(got, []string{"example-0", "example-1", "example-2"}) {
+		t.Errorf("pods = %v", got)
+	}
+	if got := names(svcs); !slices.Equal(got, []string{"example-0", "example-1", "example-2", "example-client"}) {
+		t.Errorf("services = %v", got)
+	}
+	const initial = "--initial-cluster=example-0=http://example-0:2380,example-1=http://example-1:2380,example-2=http://example-2:2380"
+	for _, o := range append(pods, svcs...) {
+		refs, _ := o.meta()["ownerReferences"].([]any)
+		if len(refs) != 1 {
+			t.Errorf("%s: ownerReferences = %v", o.name(), refs)
+			continue
+		}
+		ref := refs[0].(map[string]any)
+		if ref["uid"] != ec.uid() || ref["kind"] != "EtcdCluster" || ref["controller"] != true || ref["blockOwnerDeletion"] != true {
+			t.Errorf("%s: ownerReference = %v, want controller EtcdCluster uid %s", o.name(), ref, ec.uid())
+		}
+		labels := o.meta()["labels"].(map[string]any)
+		if labels["app"] != "etcd" || labels["etcd.coreos.com/cluster"] != "example" {
+			t.Errorf("%s: labels = %v", o.name(), labels)
+		}
+	}
+	for _, p := range pods {
+		c := p["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+		cmd := fmt.Sprint(c["command"])
+		for _, want := range []string{"/usr/local/bin/etcd", "--name=" + p.name(), initial, "--initial-cluster-state=new", "--initial-advertise-peer-urls=http://" + p.name() + ":2380"} {
+			if !strings.Contains(cmd, want) {
+				t.Errorf("pod %s command %s lacks %s", p.name(), cmd, want)
+			}
+		}
+		if c["image"] != "gcr.io/etcd-development/etcd:v3.6.16" {
+			t.Errorf("pod %s image = %v", p.name(), c["image"])
+		}
+	}
+	for _, s := range svcs {
+		ports := fmt.Sprint(s["spec"].(map[string]any)["ports"])
+		if !strings.Contains(ports, "port:2379") || (s.name() != "example-client" && !strings.Contains(ports, "port:2380")) {
+			t.Errorf("service %s ports = %s", s.name(), ports)
+		}
+		if ip, _ := s["spec"].(map[string]any)["clusterIP"].(string); ip == "" {
+			t.Errorf("service %s has no ClusterIP", s.name())
+		}
+	}
+
+	out, err := cp.Kubectl("", "get", "etcdclusters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "SIZE") || !strings.Contains(out, "PHASE") || !regexpMatch(`example\s+3\s+v3\.6\.16\s+Created`, out) {
+		t.Errorf("kubectl get etcdclusters:\n%s", out)
+	}
+	err = Eventually(30*time.Second, "events about example", func() (bool, error) {
+		out, err = cp.Kubectl("", "describe", "etcdcluster", "example")
+		return strings.Contains(out, "ClusterCreated") && strings.Contains(out, "MemberCreated"), err
+	})
+	if err != nil {
+		t.Errorf("%v; kubectl describe:\n%s", err, out)
+	}
+}
+
+// 2. A restarted operator creates nothing, deletes nothing, and (the status
+// saying Created) does not even touch the cluster.
+func TestOperatorRestart(t *testing.T) {
+	waitPhase(t, "example", "Created", 60*time.Second)
+	before := uids(t, "example")
+	cp.StopProcess("etcd-operator", 10*time.Second)
+	offset := logSize(t)
+	var err error
+	if operator, err = cp.StartOperator(operatorBin, "-log-level=debug"); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, clusterYAML("restart-marker", 1))
+	waitPhase(t, "restart-marker", "Created", 60*time.Second)
+	if after := uids(t, "example"); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("objects changed across the restart:\nbefore %v\nafter  %v", before, after)
+	}
+	log := operatorLog(t, offset)
+	if !strings.Contains(log, "listed etcdclusters") {
+		t.Errorf("the restarted operator did not list:\n%s", log)
+	}
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, "cluster=default/example ") {
+			t.Errorf("the restarted operator acted on example: %s", line)
+		}
+	}
+}
+
+// 6. The CRD's schema refuses what the operator could not use, with a
+// message that names the field; the operator never sees those objects.
+func TestSchemaRejectsInvalidClusters(t *testing.T) {
+	for _, tc := range []struct {
+		name, spec, want string
+	}{
+		{"size-string", `size: "three"`, `spec.size: Invalid value: "string": spec.size in body must be of type integer`},
+		{"size-zero", `size: 0`, `spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1`},
+		{"size-eight", `size: 8`, `spec.size: Invalid value: 8: spec.size in body should be less than or equal to 7`},
+		{"size-missing", `version: v3.6.16`, `spec.size: Required value`},
+		{"bad-version", "size: 1\n  version: \"3.6 latest\"", `spec.version in body should match`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			yaml := fmt.Sprintf("apiVersion: coreos.com/v1\nkind: EtcdCluster\nmetadata:\n  name: %s\nspec:\n  %s\n", tc.name, tc.spec)
+			out, err := cp.Kubectl(yaml, "apply", "-f", "-")
+			if err == nil {
+				t.Fatalf("kubectl apply accepted it:\n%s", out)
+			}
+			if !strings.Contains(out, tc.want) {
+				t.Errorf("kubectl apply said:\n%s\nwant it to contain %q", out, tc.want)
+			}
+		})
+	}
+	apply(t, clusterYAML("schema-marker", 1))
+	waitPhase(t, "schema-marker", "Created", 60*time.Second)
+	select {
+	case <-operator.Done():
+		t.Error("the operator exited")
+	default:
+	}
+}
+
+// 7. Fifty clusters applied at once all end complete, with no duplicates.
+func TestManyClusters(t *testing.T) {
+	var yaml strings.Builder
+	for i := range 50 {
+		yaml.WriteString(clusterYAML(fmt.Sprintf("many-%02d", i), 3))
+	}
+	start := time.Now()
+	apply(t, yaml.String())
+	for i := range 50 {
+		waitPhase(t, fmt.Sprintf("many-%02d", i), "Created", 3*time.Minute)
+	}
+	t.Logf("50 clusters (350 objects) created in %s", time.Since(start).Round(time.Millisecond))
+	pods := list(t, "pods", "app%3Detcd")
+	svcs := list(t, "services", "app%3Detcd")
+	perCluster := map[string]int{}
+	for _, o := range append(pods, svcs...) {
+		perCluster[o.meta()["labels"].(map[string]any)["etcd.coreos.com/cluster"].(string)]++
+	}
+	for i := range 50 {
+		name := fmt.Sprintf("many-%02d", i)
+		if perCluster[name] != 7 {
+			t.Errorf("%s has %d objects, want 3 Pods and 4 Services", name, perCluster[name])
+		}
+		if got := names(list(t, "pods", ofCluster(name))); !slices.Equal(got, []string{name + "-0", name + "-1", name + "-2"}) {
+			t.Errorf("%s pods = %v", name, got)
+		}
+	}
+}
+
+// 3. Deleting the EtcdCluster lets the real garbage collector remove every
+// Pod and Service, through the ownerReferences.
+func TestDeleteCluster(t *testing.T) {
+	apply(t, clusterYAML("doomed", 3))
+	waitPhase(t, "doomed", "Created", 60*time.Second)
+	if n := len(uids(t, "doomed")); n != 7 {
+		t.Fatalf("doomed has %d objects before deletion, want 7", n)
+	}
+	if _, err := cp.Kubectl("", "delete", "etcdcluster", "doomed", "--wait=false"); err != nil {
+		t.Fatal(err)
+	}
+	// The garbage collector rediscovers resources every 30s; a CRD created
+	// moments before can take up to a minute to cascade.
+	err := Eventually(90*time.Second, "the garbage collector to delete doomed's objects", func() (bool, error) {
+		return len(uids(t, "doomed")) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("%v: left %v", err, uids(t, "doomed"))
+	}
+}
+
+// 4. The API server restarts under the operator: it watches again and
+// handles a cluster created afterwards; nothing is duplicated.
+func TestAPIServerRestart(t *testing.T) {
+	before := uids(t, "example")
+	restartAPIServer(t)
+	apply(t, clusterYAML("after-restart", 1))
+	waitPhase(t, "after-restart", "Created", 90*time.Second)
+	if after := uids(t, "example"); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("example's objects changed:\nbefore %v\nafter  %v", before, after)
+	}
+	if n := len(uids(t, "after-restart")); n != 3 {
+		t.Errorf("after-restart has %d objects, want 3", n)
+	}
+}
+
+func restartAPIServer(t *testing.T, flags ...string) {
+	t.Helper()
+	cp.StopProcess("kube-apiserver", 5*time.Second)
+	if err := cp.StartAPIServer(flags...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// 5. The 410 path for real. With the watch cache off, the API server serves
+// watches from etcd, which refuses a revision older than its last
+// compaction. While kubectl proxy is down the operator cannot watch; a
+// cluster is created and etcd compacted meanwhile; when the proxy is back
+// the operator's resume position has expired: it must list again, create
+// the new cluster and nothing else.
+func TestExpiredResourceVersionRelists(t *testing.T) {
+	restartAPIServer(t, "--watch-cache=false")
+	defer restartAPIServer(t)
+	apply(t, clusterYAML("before-expiry", 1))
+	waitPhase(t, "before-expiry", "Created", 90*time.Second)
+	before := uids(t, "example")
+
+	offset := logSize(t)
+	cp.StopProcess("kubectl-proxy", 5*time.Second)
+	apply(t, clusterYAML("during-expiry", 1))
+	compactEtcd(t)
+	if err := cp.StartProxy(); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, "during-expiry", "Created", 90*time.Second)
+	log := operatorLog(t, offset)
+	if !strings.Contains(log, "watch position expired; listing again") {
+		t.Errorf("the operator did not take the 410 path:\n%s", log)
+	}
+	if after := uids(t, "example"); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("example's objects changed:\nbefore %v\nafter  %v", before, after)
+	}
+	if n := len(uids(t, "during-expiry")); n != 3 {
+		t.Errorf("during-expiry has %d objects, want 3", n)
+	}
+}
+
+// compactEtcd compacts etcd's history up to its current revision, through
+// etcd's JSON gateway.
+func compactEtcd(t *testing.T) {
+	t.Helper()
+	post := func(path string, body any) map[string]any {
+		b, _ := json.Marshal(body)
+		resp, err := http.Post(cp.EtcdURL+path, "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		if resp.StatusCode != 200 {
+			t.Fatalf("etcd %s: %d %v", path, resp.StatusCode, out)
+		}
+		return out
+	}
+	r := post("/v3/kv/range", map[string]any{"key": base64.StdEncoding.EncodeToString([]byte("/"))})
+	rev := r["header"].(map[string]any)["revision"]
+	post("/v3/kv/compaction", map[string]any{"revision": rev, "physical": true})
+	t.Logf("compacted etcd at revision %v", rev)
+}
+
+func regexpMatch(pattern, s string) bool { return regexp.MustCompile(pattern).MatchString(s) }
