@@ -219,6 +219,9 @@ func (cp *ControlPlane) StartAPIServer(extra ...string) error {
 		"--tls-private-key-file=" + filepath.Join(cp.Dir, "apiserver.key"),
 		"--token-auth-file=" + filepath.Join(cp.Dir, "tokens.csv"),
 		"--authorization-mode=RBAC",
+		// As in many production clusters: setting blockOwnerDeletion needs
+		// update on the owner's finalizers, which examples/deploy.yaml grants.
+		"--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + filepath.Join(cp.Dir, "sa.key"),
 		"--service-account-signing-key-file=" + filepath.Join(cp.Dir, "sa.key"),
@@ -363,7 +366,7 @@ func (p *Process) Done() <-chan struct{} { return p.done }
 
 // Stop stops every process, newest first.
 func (cp *ControlPlane) Stop() {
-	for _, name := range []string{"etcd-operator", "kubectl-proxy", "kube-controller-manager", "kube-apiserver", "etcd"} {
+	for _, name := range []string{"etcd-operator", "etcd-operator-incluster", "kubectl-proxy", "kube-controller-manager", "kube-apiserver", "etcd"} {
 		cp.StopProcess(name, 5*time.Second)
 	}
 	cp.mu.Lock()
@@ -377,11 +380,16 @@ func (cp *ControlPlane) Stop() {
 
 // Do sends a request to the API server as admin.
 func (cp *ControlPlane) Do(method, path string, body []byte, contentType string) (int, []byte, error) {
+	return cp.DoAs(AdminToken, method, path, body, contentType)
+}
+
+// DoAs sends a request to the API server with a bearer token.
+func (cp *ControlPlane) DoAs(token, method, path string, body []byte, contentType string) (int, []byte, error) {
 	req, err := http.NewRequest(method, cp.APIServerURL+path, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+AdminToken)
+	req.Header.Set("Authorization", "Bearer "+token)
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}

@@ -102,20 +102,16 @@ func (o object) status() map[string]any {
 	return s
 }
 
-func getCluster(t *testing.T, name string) object {
-	t.Helper()
-	var o object
-	if err := cp.Get("/apis/coreos.com/v1/namespaces/default/etcdclusters/"+name, &o); err != nil {
-		t.Fatal(err)
-	}
-	return o
-}
-
 // list returns the objects of a core resource with a label selector.
 func list(t *testing.T, resource, selector string) []object {
 	t.Helper()
+	return listIn(t, "default", resource, selector)
+}
+
+func listIn(t *testing.T, ns, resource, selector string) []object {
+	t.Helper()
 	var l struct{ Items []object }
-	if err := cp.Get("/api/v1/namespaces/default/"+resource+"?labelSelector="+selector, &l); err != nil {
+	if err := cp.Get("/api/v1/namespaces/"+ns+"/"+resource+"?labelSelector="+selector, &l); err != nil {
 		t.Fatal(err)
 	}
 	return l.Items
@@ -135,10 +131,15 @@ func ofCluster(name string) string { return "etcd.coreos.com/cluster%3D" + name 
 // waitPhase waits until the EtcdCluster's status reaches phase.
 func waitPhase(t *testing.T, name, phase string, timeout time.Duration) object {
 	t.Helper()
+	return waitPhaseIn(t, "default", name, phase, timeout)
+}
+
+func waitPhaseIn(t *testing.T, ns, name, phase string, timeout time.Duration) object {
+	t.Helper()
 	var o object
-	err := Eventually(timeout, name+" in phase "+phase, func() (bool, error) {
+	err := Eventually(timeout, ns+"/"+name+" in phase "+phase, func() (bool, error) {
 		o = object{}
-		if err := cp.Get("/apis/coreos.com/v1/namespaces/default/etcdclusters/"+name, &o); err != nil {
+		if err := cp.Get("/apis/coreos.com/v1/namespaces/"+ns+"/etcdclusters/"+name, &o); err != nil {
 			return false, nil
 		}
 		return o.status()["phase"] == phase, nil
@@ -163,7 +164,12 @@ func clusterYAML(name string, size int) string {
 // operatorLog returns the operator's log from byte offset from on.
 func operatorLog(t *testing.T, from int) string {
 	t.Helper()
-	b, err := os.ReadFile(cp.LogPath("etcd-operator"))
+	return processLog(t, "etcd-operator", from)
+}
+
+func processLog(t *testing.T, name string, from int) string {
+	t.Helper()
+	b, err := os.ReadFile(cp.LogPath(name))
 	if err != nil {
 		t.Fatal(err)
 	}
