@@ -196,6 +196,9 @@ func TestCreatesCluster(t *testing.T) {
 		pod := f.object("pods", "default", m)
 		checkMeta(pod, labels)
 		podSpec := pod["spec"].(map[string]any)
+		if podSpec["automountServiceAccountToken"] != false || podSpec["enableServiceLinks"] != false {
+			t.Errorf("pod %s mounts a token or gets service links: %v", m, podSpec)
+		}
 		if podSpec["restartPolicy"] != "Always" {
 			t.Errorf("pod %s restartPolicy = %v, want Always", m, podSpec["restartPolicy"])
 		}

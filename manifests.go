@@ -282,6 +282,9 @@ func (p clusterPlan) memberPod(member string) []byte {
 			// the namespace into etcd's environment, where names starting
 			// ETCD_ are read as etcd flags.
 			"enableServiceLinks": false,
+			// etcd never talks to the Kubernetes API: a token in the Pod
+			// could only be stolen.
+			"automountServiceAccountToken": false,
 			"containers": []map[string]any{{
 				"name":    "etcd",
 				"image":   p.Image,

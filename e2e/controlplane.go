@@ -366,7 +366,7 @@ func (p *Process) Done() <-chan struct{} { return p.done }
 
 // Stop stops every process, newest first.
 func (cp *ControlPlane) Stop() {
-	for _, name := range []string{"etcd-operator", "etcd-operator-incluster", "kubectl-proxy", "kube-controller-manager", "kube-apiserver", "etcd"} {
+	for _, name := range []string{"etcd-operator", "etcd-operator-incluster", "etcd-operator-members", "kubectl-proxy", "kube-controller-manager", "kube-apiserver", "etcd"} {
 		cp.StopProcess(name, 5*time.Second)
 	}
 	cp.mu.Lock()
