@@ -40,6 +40,8 @@ type ControlPlane struct {
 	ProxyURL     string // kubectl proxy: what the operator talks to
 	Kubeconfig   string
 	CAFile       string // signs the API server's serving certificate
+	// OperatorOutput, when set, gets a copy of the operator's log.
+	OperatorOutput io.Writer
 
 	out       io.Writer
 	apiPort   int
@@ -59,9 +61,10 @@ type Process struct {
 
 // Start starts etcd, kube-apiserver, kube-controller-manager (the garbage
 // collector and the ServiceAccount controller, which creates the default
-// ServiceAccount that Pods need) and kubectl proxy, and waits until the
-// default namespace can take Pods. On error it stops what it started.
-func Start(out io.Writer, bin Binaries, dir string) (_ *ControlPlane, err error) {
+// ServiceAccount that Pods need) and kubectl proxy, on proxyPort if it is
+// not 0 and free, and waits until the default namespace can take Pods. On
+// error it stops what it started.
+func Start(out io.Writer, bin Binaries, dir string, proxyPort int) (_ *ControlPlane, err error) {
 	cp := &ControlPlane{Dir: dir, Bin: bin, out: out, procs: map[string]*Process{}}
 	defer func() {
 		if err != nil {
@@ -97,7 +100,10 @@ func Start(out io.Writer, bin Binaries, dir string) (_ *ControlPlane, err error)
 	); err != nil {
 		return nil, err
 	}
-	if cp.proxyPort, err = freePort(); err != nil {
+	if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", proxyPort)); err == nil && proxyPort != 0 {
+		l.Close()
+		cp.proxyPort = proxyPort
+	} else if cp.proxyPort, err = freePort(); err != nil {
 		return nil, err
 	}
 	cp.ProxyURL = fmt.Sprintf("http://127.0.0.1:%d", cp.proxyPort)
@@ -297,7 +303,11 @@ func (cp *ControlPlane) StartProcess(name string, env []string, bin string, args
 	fmt.Fprintf(logFile, "==== %s: %s %s\n", time.Now().Format(time.RFC3339), bin, strings.Join(args, " "))
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	var w io.Writer = logFile
+	if cp.OperatorOutput != nil && name == "etcd-operator" {
+		w = io.MultiWriter(logFile, cp.OperatorOutput)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = w, w
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
 		logFile.Close()
@@ -444,7 +454,8 @@ func BuildOperator(dir string) (string, error) {
 }
 
 // StartOperator runs the operator against kubectl proxy, as the README's
-// quick start does, with any extra flags.
+// quick start does, with any extra flags. Its output also goes to
+// cp.OperatorOutput when that is set.
 func (cp *ControlPlane) StartOperator(bin string, extra ...string) (*Process, error) {
 	return cp.StartProcess("etcd-operator", nil, bin, append([]string{"-master=" + cp.ProxyURL}, extra...)...)
 }

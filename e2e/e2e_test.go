@@ -42,7 +42,7 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	start := time.Now()
-	cp, err = Start(os.Stdout, bin, dir)
+	cp, err = Start(os.Stdout, bin, dir, 0)
 	if err != nil {
 		fmt.Println("e2e: start control plane:", err)
 		if cp != nil {

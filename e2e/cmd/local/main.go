@@ -1,0 +1,156 @@
+// Command local is the operator with no cluster at hand: it builds (once)
+// and starts a local control plane, applies the CRD, runs kubectl proxy and
+// the operator against it, and, as root, the e2e node agent, which runs the
+// member Pods as real etcd processes. It applies examples/etcd-cluster.yaml,
+// shows what was created, and keeps running until Ctrl-C, then stops
+// everything it started.
+//
+//	go run -C e2e ./cmd/local
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"etcd-operator/e2e"
+)
+
+func main() {
+	agentFlag := flag.Bool("agent", true, "run the member Pods as etcd processes with the node agent (needs root and ip(8))")
+	proxyPort := flag.Int("proxy-port", 8001, "port for kubectl proxy (the operator's default -master); another free port if taken")
+	flag.Parse()
+	if err := run(*agentFlag, *proxyPort); err != nil {
+		fmt.Fprintln(os.Stderr, "local:", err)
+		os.Exit(1)
+	}
+}
+
+func run(withAgent bool, proxyPort int) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// Output piped to a program that Ctrl-C also ends must not kill us
+	// halfway through stopping everything.
+	signal.Ignore(syscall.SIGPIPE)
+	say := func(format string, args ...any) { fmt.Printf("local: "+format+"\n", args...) }
+
+	bin, err := e2e.BuildComponents(os.Stdout)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "etcd-operator-local-")
+	if err != nil {
+		return err
+	}
+	say("starting etcd, kube-apiserver, kube-controller-manager and kubectl proxy (files in %s)", dir)
+	cp, err := e2e.Start(os.Stdout, bin, dir, proxyPort)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		say("stopping everything")
+		cp.Stop()
+		os.RemoveAll(dir)
+	}()
+	root, err := e2e.RepoRoot()
+	if err != nil {
+		return err
+	}
+	example := func(name string) string { return filepath.Join(root, "examples", name) }
+	say("kubectl apply -f examples/crd.yaml")
+	if _, err := cp.Kubectl("", "apply", "-f", example("crd.yaml")); err != nil {
+		return err
+	}
+	if _, err := cp.Kubectl("", "wait", "--for=condition=Established", "--timeout=60s", "crd/etcdclusters.coreos.com"); err != nil {
+		return err
+	}
+
+	if withAgent && os.Geteuid() != 0 {
+		say("not root: no node agent, so the Pods will stay Pending (the operator's part works the same)")
+		withAgent = false
+	} else if _, err := exec.LookPath("ip"); withAgent && err != nil {
+		say("no ip(8): no node agent, so the Pods will stay Pending (apt-get install iproute2)")
+		withAgent = false
+	}
+	var agent *e2e.Agent
+	if withAgent {
+		if agent, err = e2e.StartAgent(cp, "default", "eopl", "10.213.8"); err != nil {
+			return err
+		}
+		defer agent.Stop()
+		say("node agent running the default namespace's Pods in network namespaces on 10.213.8.0/24")
+	}
+
+	say("building the operator (CGO_ENABLED=0 go build) and running it: etcd-operator -master=%s", cp.ProxyURL)
+	opBin, err := e2e.BuildOperator(dir)
+	if err != nil {
+		return err
+	}
+	cp.OperatorOutput = prefixWriter("operator | ")
+	if _, err := cp.StartOperator(opBin); err != nil {
+		return err
+	}
+	say("kubectl apply -f examples/etcd-cluster.yaml")
+	if _, err := cp.Kubectl("", "apply", "-f", example("etcd-cluster.yaml")); err != nil {
+		return err
+	}
+	err = e2e.Eventually(60*time.Second, "example to be Created", func() (bool, error) {
+		out, err := cp.Kubectl("", "get", "etcdcluster", "example", "-o", "jsonpath={.status.phase}")
+		return out == "Created", err
+	})
+	if err != nil {
+		return err
+	}
+	if agent != nil {
+		err = e2e.Eventually(60*time.Second, "the members to run", func() (bool, error) {
+			return len(agent.Running()) == 3, nil
+		})
+		if err != nil {
+			return fmt.Errorf("%w; agent: %v", err, agent.Errors())
+		}
+	}
+	out, _ := cp.Kubectl("", "get", "etcdclusters,services,pods", "-o", "wide")
+	fmt.Println()
+	fmt.Println(out)
+	fmt.Printf(`Try (any recent kubectl; this one matches the API server: %s):
+
+  export KUBECONFIG=%s
+  kubectl get etcdclusters
+  kubectl describe etcdcluster example
+  kubectl get pods,services -l etcd.coreos.com/cluster=example
+  kubectl apply -f - <<< '{"apiVersion":"coreos.com/v1","kind":"EtcdCluster","metadata":{"name":"five"},"spec":{"size":5}}'
+  kubectl delete etcdcluster example     # the garbage collector removes its Pods and Services
+
+kubectl proxy is at %s: "go run ." in the repository talks to it.
+`, cp.Bin.Kubectl, cp.Kubeconfig, cp.ProxyURL)
+	if agent != nil {
+		fmt.Printf(`The members are real etcd processes, reachable from this machine:
+
+  curl -s http://%s:2379/health
+  curl -s -X POST http://%s:2379/v3/cluster/member/list
+`, agent.PodIP("example-0"), agent.PodIP("example-1"))
+	}
+	fmt.Println("\nCtrl-C stops everything.")
+	<-ctx.Done()
+	fmt.Println()
+	return nil
+}
+
+// prefixWriter writes each line it gets to stdout after a prefix.
+type prefixWriter string
+
+func (p prefixWriter) Write(b []byte) (int, error) {
+	for _, line := range strings.SplitAfter(string(b), "\n") {
+		if line != "" {
+			fmt.Print(string(p) + line)
+		}
+	}
+	return len(b), nil
+}
