@@ -39,6 +39,8 @@ type fakeAPI struct {
 	events   []map[string]any
 	requests []request
 	streams  []chan []byte // open watch streams
+	held     [][]byte      // events not yet sent while lagging
+	lagging  bool          // hold events back, as a slow watch does
 	// fault, when set, may answer a request instead of the fake: it returns
 	// the HTTP code (0: no fault), a Retry-After value and a Status message.
 	fault func(r request) (code int, retryAfter, message string)
@@ -180,9 +182,34 @@ func (f *fakeAPI) emitLocked(typ string, obj map[string]any) {
 	ev := watchEvent{Type: typ, Object: mustJSON(obj)}
 	f.history = append(f.history, ev)
 	line := append(mustJSON(ev), '\n')
-	for _, s := range f.streams {
-		s <- line
+	if f.lagging {
+		f.held = append(f.held, line)
+	} else {
+		for _, s := range f.streams {
+			s <- line
+		}
 	}
+	f.notify()
+}
+
+// lag holds watch events back until catchUp, as a watch that falls behind
+// a busy API server does: the operator then sees its own writes late.
+func (f *fakeAPI) lag() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lagging = true
+}
+
+func (f *fakeAPI) catchUp() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lagging = false
+	for _, line := range f.held {
+		for _, s := range f.streams {
+			s <- line
+		}
+	}
+	f.held = nil
 	f.notify()
 }
 

@@ -353,6 +353,23 @@ type queue struct {
 	busy     map[string]bool
 	pending  map[string]item
 	failures map[string]int
+	// handled is the generation last handled for each cluster. The watch
+	// can deliver the operator's own status writes late, when the work is
+	// done: "Creating" arriving after "Created". Acting on such a stale
+	// event would write both again, and loop. Any event of the generation
+	// already handled is dropped; a failure is retried by its timer.
+	handled map[string]generation
+}
+
+// generation identifies one spec of one object: a new object of the same
+// name has a new uid, and every spec change bumps metadata.generation.
+type generation struct {
+	uid string
+	gen int64
+}
+
+func generationOf(ec *EtcdCluster) generation {
+	return generation{ec.Metadata.UID, ec.Metadata.Generation}
 }
 
 func newQueue(workers int, handle func(context.Context, item) (*EtcdCluster, error), log *slog.Logger) *queue {
@@ -361,12 +378,17 @@ func newQueue(workers int, handle func(context.Context, item) (*EtcdCluster, err
 		slots:   make(chan struct{}, workers),
 		retries: make(chan item),
 		busy:    map[string]bool{}, pending: map[string]item{}, failures: map[string]int{},
+		handled: map[string]generation{},
 	}
 }
 
 func (q *queue) add(ctx context.Context, it item) {
 	k := it.cluster.key()
 	q.mu.Lock()
+	if !it.refresh && q.handled[k] == generationOf(it.cluster) {
+		q.mu.Unlock()
+		return
+	}
 	if q.busy[k] {
 		q.pending[k] = it
 		q.mu.Unlock()
@@ -390,6 +412,11 @@ func (q *queue) work(ctx context.Context, it item) {
 	for {
 		ec, err := q.handle(ctx, it)
 		q.mu.Lock()
+		if ec != nil {
+			q.handled[k] = generationOf(ec)
+		} else {
+			delete(q.handled, k)
+		}
 		next, ok := q.pending[k]
 		delete(q.pending, k)
 		if err != nil {
@@ -398,11 +425,7 @@ func (q *queue) work(ctx context.Context, it item) {
 			delete(q.failures, k)
 		}
 		failures := q.failures[k]
-		// Our own status writes come back as MODIFIED events of the
-		// generation just handled. There is nothing new in those: after a
-		// success nothing is left to do, after a failure the retry timer
-		// decides when to try again (acting on them would skip the backoff).
-		if ok && !next.refresh && ec != nil && next.cluster.Metadata.UID == ec.Metadata.UID && next.cluster.Metadata.Generation == ec.Metadata.Generation {
+		if ok && !next.refresh && q.handled[k] == generationOf(next.cluster) {
 			ok = false
 		}
 		if !ok {
@@ -434,6 +457,7 @@ func (q *queue) forget(k string) {
 	q.mu.Lock()
 	delete(q.pending, k)
 	delete(q.failures, k)
+	delete(q.handled, k)
 	q.mu.Unlock()
 }
 
