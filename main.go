@@ -32,6 +32,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 type config struct {
@@ -187,7 +189,7 @@ func (c *controller) run(ctx context.Context, events <-chan event, workers int) 
 			case "DELETED":
 				// Nothing to do: every object carries an ownerReference to
 				// the EtcdCluster, and the garbage collector deletes them.
-				q.forget(ev.Cluster.key())
+				q.forget(ev.Cluster)
 				c.log.Info("cluster deleted; the garbage collector removes its objects", "cluster", ev.Cluster.key())
 			}
 		case it := <-q.retries:
@@ -248,15 +250,20 @@ func (c *controller) reconcile(ctx context.Context, ec *EtcdCluster) error {
 		return c.setStatus(ctx, ec, clusterStatus{Phase: phaseCreated, Message: msg, Members: st.Members, ObservedGeneration: gen})
 	}
 
+	// No "Creating" status first: on the happy path the objects exist a few
+	// milliseconds later, and the write would cost every cluster a request.
 	plan := newClusterPlan(ec, spec, c.image)
-	if err := c.setStatus(ctx, ec, clusterStatus{Phase: phaseCreating, Message: fmt.Sprintf("creating %d members", spec.Size), ObservedGeneration: gen}); err != nil {
-		return err
-	}
 	if err := c.createAll(ctx, log, ec, plan); err != nil {
 		if ctx.Err() == nil {
-			log.Error("creating cluster failed; will retry", "err", err)
+			// Creating: a passing failure, retried. Failed: someone has to
+			// act (RBAC, a name taken), though it is retried all the same.
+			phase := phaseFailed
+			if transient(err) {
+				phase = phaseCreating
+			}
+			log.Error("creating cluster failed; will retry", "phase", phase, "err", err)
 			c.events.record(ec, eventWarning, reasonCreateFailed, err.Error())
-			_ = c.setStatus(ctx, ec, clusterStatus{Phase: phaseFailed, Message: err.Error() + " (will retry)", ObservedGeneration: gen})
+			_ = c.setStatus(ctx, ec, clusterStatus{Phase: phase, Message: err.Error() + " (will retry)", ObservedGeneration: gen})
 		}
 		return err
 	}
@@ -326,7 +333,19 @@ func (c *controller) create(ctx context.Context, log *slog.Logger, plan clusterP
 			return false, nil
 		}
 	}
-	return false, fmt.Errorf("create %s: the name is taken by an object this EtcdCluster does not own", object)
+	return false, fmt.Errorf("create %s: %w", object, errNameTaken)
+}
+
+var errNameTaken = errors.New("the name is taken by an object this EtcdCluster does not own")
+
+// transient reports whether an error may pass by itself: the API server
+// busy or unreachable, rather than refusing.
+func transient(err error) bool {
+	var apiErr *apiError
+	if errors.As(err, &apiErr) {
+		return apiErr.Code >= 500 || apiErr.Code == http.StatusTooManyRequests
+	}
+	return !errors.Is(err, errNameTaken)
 }
 
 // item is one unit of work for the queue. refresh asks the worker to read
@@ -353,23 +372,28 @@ type queue struct {
 	busy     map[string]bool
 	pending  map[string]item
 	failures map[string]int
-	// handled is the generation last handled for each cluster. The watch
-	// can deliver the operator's own status writes late, when the work is
-	// done: "Creating" arriving after "Created". Acting on such a stale
-	// event would write both again, and loop. Any event of the generation
-	// already handled is dropped; a failure is retried by its timer.
-	handled map[string]generation
+	// handled is the generation (metadata.generation counts spec changes)
+	// last handled, by object uid. The watch can deliver the operator's own
+	// status writes late, when the work is done; acting on such a stale
+	// event would redo the work, and a failure's status write would make
+	// its retry skip the backoff. Events of the generation already handled
+	// are dropped; a failure is retried by its timer. Keys and values hold
+	// no pointers, so 2,000 clusters cost a few dozen KiB in one place.
+	handled map[uuid.UUID]int64
 }
 
-// generation identifies one spec of one object: a new object of the same
-// name has a new uid, and every spec change bumps metadata.generation.
-type generation struct {
-	uid string
-	gen int64
+// uidOf is the object's uid as 16 bytes (any string maps to some UUID).
+func uidOf(ec *EtcdCluster) uuid.UUID {
+	if u, err := uuid.Parse(ec.Metadata.UID); err == nil {
+		return u
+	}
+	return uuid.NewSHA1(uuid.Nil, []byte(ec.Metadata.UID))
 }
 
-func generationOf(ec *EtcdCluster) generation {
-	return generation{ec.Metadata.UID, ec.Metadata.Generation}
+// alreadyHandled reports whether ec's generation was handled. Callers hold q.mu.
+func (q *queue) alreadyHandled(ec *EtcdCluster) bool {
+	gen, ok := q.handled[uidOf(ec)]
+	return ok && gen == ec.Metadata.Generation
 }
 
 func newQueue(workers int, handle func(context.Context, item) (*EtcdCluster, error), log *slog.Logger) *queue {
@@ -378,14 +402,14 @@ func newQueue(workers int, handle func(context.Context, item) (*EtcdCluster, err
 		slots:   make(chan struct{}, workers),
 		retries: make(chan item),
 		busy:    map[string]bool{}, pending: map[string]item{}, failures: map[string]int{},
-		handled: map[string]generation{},
+		handled: map[uuid.UUID]int64{},
 	}
 }
 
 func (q *queue) add(ctx context.Context, it item) {
 	k := it.cluster.key()
 	q.mu.Lock()
-	if !it.refresh && q.handled[k] == generationOf(it.cluster) {
+	if !it.refresh && q.alreadyHandled(it.cluster) {
 		q.mu.Unlock()
 		return
 	}
@@ -413,9 +437,9 @@ func (q *queue) work(ctx context.Context, it item) {
 		ec, err := q.handle(ctx, it)
 		q.mu.Lock()
 		if ec != nil {
-			q.handled[k] = generationOf(ec)
+			q.handled[uidOf(ec)] = ec.Metadata.Generation
 		} else {
-			delete(q.handled, k)
+			delete(q.handled, uidOf(it.cluster))
 		}
 		next, ok := q.pending[k]
 		delete(q.pending, k)
@@ -425,7 +449,7 @@ func (q *queue) work(ctx context.Context, it item) {
 			delete(q.failures, k)
 		}
 		failures := q.failures[k]
-		if ok && !next.refresh && q.handled[k] == generationOf(next.cluster) {
+		if ok && !next.refresh && q.alreadyHandled(next.cluster) {
 			ok = false
 		}
 		if !ok {
@@ -453,11 +477,11 @@ func (q *queue) retryLater(ctx context.Context, it item, failures int) {
 	})
 }
 
-func (q *queue) forget(k string) {
+func (q *queue) forget(ec *EtcdCluster) {
 	q.mu.Lock()
-	delete(q.pending, k)
-	delete(q.failures, k)
-	delete(q.handled, k)
+	delete(q.pending, ec.key())
+	delete(q.failures, ec.key())
+	delete(q.handled, uidOf(ec))
 	q.mu.Unlock()
 }
 

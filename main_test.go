@@ -265,7 +265,7 @@ func TestCreatesCluster(t *testing.T) {
 			patches = append(patches, p.Status.Phase)
 		}
 	}
-	if want := []string{phaseCreating, phaseCreated}; !slices.Equal(patches, want) {
+	if want := []string{phaseCreated}; !slices.Equal(patches, want) {
 		t.Errorf("status phases written = %v, want %v", patches, want)
 	}
 
@@ -485,48 +485,84 @@ func TestInvalidSpecs(t *testing.T) {
 }
 
 // A failed POST is reported with the API server's own message, the operator
-// keeps going, and it retries until the cause is fixed.
+// keeps going, and it retries until the cause is fixed. A refusal (4xx) puts
+// the cluster in phase Failed; a passing error (5xx, after the client's own
+// retries) leaves it Creating.
 func TestCreateErrorIsReportedAndRetried(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		code      int
+		message   string
+		wantPhase string
+		wantLog   string
+	}{
+		{
+			name: "forbidden", code: http.StatusForbidden, wantPhase: phaseFailed,
+			message: `pods is forbidden: User "system:serviceaccount:ops:etcd-operator" cannot create resource "pods" in API group "" in the namespace "default"`,
+			wantLog: `cannot create resource \"pods\" in API group`,
+		},
+		{
+			name: "unavailable", code: http.StatusServiceUnavailable, wantPhase: phaseCreating,
+			message: "etcdserver: leader changed", wantLog: "etcdserver: leader changed",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeAPI(t)
+			var mu sync.Mutex
+			refuse := true
+			f.fault = func(r request) (int, string, string) {
+				mu.Lock()
+				defer mu.Unlock()
+				if refuse && r.Method == "POST" && strings.HasSuffix(r.Path, "/pods") {
+					return tc.code, "", tc.message
+				}
+				return 0, "", ""
+			}
+			f.putCluster("default", "example", size(1))
+			op := startOperator(t, f)
+
+			st := statusOf(waitPhase(f, "example", tc.wantPhase))
+			if want := fmt.Sprintf("%d %s: %s", tc.code, strings.ReplaceAll(http.StatusText(tc.code), " ", ""), tc.message); !strings.Contains(st.Message, want) {
+				t.Errorf("status.message = %q, want it to contain %q", st.Message, want)
+			}
+			f.waitFor("a CreateFailed event", func() bool {
+				return slices.ContainsFunc(f.events, func(ev map[string]any) bool { return ev["reason"] == reasonCreateFailed })
+			})
+			if !strings.Contains(op.logs.String(), tc.wantLog) {
+				t.Error("the log does not carry the API server's message")
+			}
+
+			// Still running: another cluster is handled while the first waits.
+			f.putCluster("default", "other", size(1))
+			f.waitFor("other's service", func() bool { return f.objects["services/default/other-0"] != nil })
+
+			mu.Lock()
+			refuse = false
+			mu.Unlock()
+			waitPhase(f, "example", phaseCreated)
+			waitPhase(f, "other", phaseCreated)
+			if got := f.objectNames("pods"); !slices.Equal(got, []string{"example-0", "other-0"}) {
+				t.Errorf("pods = %v", got)
+			}
+		})
+	}
+}
+
+// A name already taken by an object the cluster does not own is not "done":
+// the cluster is Failed with a message naming the object.
+func TestNameTakenByAnotherObject(t *testing.T) {
 	f := newFakeAPI(t)
-	const denied = `pods is forbidden: User "system:serviceaccount:ops:etcd-operator" cannot create resource "pods" in API group "" in the namespace "default"`
-	var mu sync.Mutex
-	forbid := true
-	f.fault = func(r request) (int, string, string) {
-		mu.Lock()
-		defer mu.Unlock()
-		if forbid && r.Method == "POST" && strings.HasSuffix(r.Path, "/pods") {
-			return http.StatusForbidden, "", denied
-		}
-		return 0, "", ""
-	}
+	f.mu.Lock()
+	f.objects["services/default/example-0"] = map[string]any{"metadata": map[string]any{"name": "example-0", "namespace": "default"}}
+	f.mu.Unlock()
 	f.putCluster("default", "example", size(1))
-	op := startOperator(t, f)
-
+	startOperator(t, f)
 	st := statusOf(waitPhase(f, "example", phaseFailed))
-	if !strings.Contains(st.Message, "403 Forbidden") || !strings.Contains(st.Message, denied) {
-		t.Errorf("status.message = %q, want the 403 and the server's message", st.Message)
+	if want := "create service/example-0: the name is taken by an object this EtcdCluster does not own"; !strings.Contains(st.Message, want) {
+		t.Errorf("status.message = %q, want %q", st.Message, want)
 	}
-	if posts := f.count("POST", "/api/v1/namespaces/default/pods"); posts != 1 {
-		t.Errorf("403 was retried at once: %d POSTs, want 1 until the retry", posts)
-	}
-	f.waitFor("a CreateFailed event", func() bool {
-		return slices.ContainsFunc(f.events, func(ev map[string]any) bool { return ev["reason"] == reasonCreateFailed })
-	})
-	if !strings.Contains(op.logs.String(), `cannot create resource \"pods\" in API group`) {
-		t.Error("the log does not carry the API server's message")
-	}
-
-	// Still running: another cluster is handled while the first one waits.
-	f.putCluster("default", "other", size(1))
-	f.waitFor("other's service", func() bool { return f.objects["services/default/other-0"] != nil })
-
-	mu.Lock()
-	forbid = false
-	mu.Unlock()
-	waitPhase(f, "example", phaseCreated)
-	waitPhase(f, "other", phaseCreated)
-	if got := f.objectNames("pods"); !slices.Equal(got, []string{"example-0", "other-0"}) {
-		t.Errorf("pods = %v", got)
+	if pods := f.objectNames("pods"); len(pods) > 0 {
+		t.Errorf("created pods %v next to a Service that is not the cluster's", pods)
 	}
 }
 

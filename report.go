@@ -13,8 +13,8 @@
 //   - Events: small core/v1 objects pointing at the EtcdCluster
 //     (involvedObject) that `kubectl describe` lists under the object and
 //     `kubectl get events` shows for the namespace. They are best-effort, as
-//     in client-go: posted in the background, dropped rather than let them
-//     slow the real work down.
+//     in client-go: posted in the background at a modest rate of their own,
+//     dropped rather than let them slow the real work down.
 package main
 
 import (
@@ -30,9 +30,9 @@ import (
 
 // Phases of an EtcdCluster, as its status reports them.
 const (
-	phaseCreating = "Creating"
-	phaseCreated  = "Created"
-	phaseFailed   = "Failed"
+	phaseCreating = "Creating" // not done yet; a passing error is being retried
+	phaseCreated  = "Created"  // every object exists
+	phaseFailed   = "Failed"   // someone has to act: the message says what
 )
 
 // Event types and reasons. A reason is a short CamelCase word that tools
@@ -80,6 +80,7 @@ type recorder struct {
 	client   *client
 	log      *slog.Logger
 	queue    chan pendingEvent
+	limit    *rateLimiter
 	instance string
 }
 
@@ -90,7 +91,9 @@ type pendingEvent struct {
 
 func newRecorder(c *client, log *slog.Logger) *recorder {
 	host, _ := os.Hostname()
-	return &recorder{client: c, log: log, queue: make(chan pendingEvent, 1024), instance: host}
+	// 10 Events a second after a burst of 25: a burst of clusters gets its
+	// objects first and its Events soon after.
+	return &recorder{client: c, log: log, queue: make(chan pendingEvent, 1024), limit: newRateLimiter(10, 25), instance: host}
 }
 
 // record queues an Event about ec. It never blocks: when the queue is full
@@ -129,6 +132,9 @@ func (r *recorder) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case ev := <-r.queue:
+			if r.limit.wait(ctx) != nil {
+				return
+			}
 			path := "/api/v1/namespaces/" + url.PathEscape(ev.namespace) + "/events"
 			if _, err := r.client.do(ctx, http.MethodPost, path, ev.body, "application/json"); err != nil && ctx.Err() == nil {
 				r.log.Warn("posting event failed", "err", err)
