@@ -138,6 +138,17 @@ func mentioning(reqs []request, s string) []string {
 	return out
 }
 
+// createdExample starts an operator on a fake API server and waits until
+// it has created a 3-member cluster named example.
+func createdExample(t *testing.T) *fakeAPI {
+	t.Helper()
+	f := newFakeAPI(t)
+	f.putCluster("default", "example", size(3))
+	startOperator(t, f)
+	waitPhase(f, "example", phaseCreated)
+	return f
+}
+
 func TestCreatesCluster(t *testing.T) {
 	f := newFakeAPI(t)
 	ec := f.putCluster("default", "example", map[string]any{"size": 3, "version": "v3.6.16"})
@@ -364,10 +375,7 @@ func TestModifiedAndDeleted(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeAPI(t)
-			f.putCluster("default", "example", size(3))
-			startOperator(t, f)
-			waitPhase(f, "example", phaseCreated)
+			f := createdExample(t)
 			f.waitFor("events of the creation", func() bool { return len(f.events) == 4 })
 			mark := f.requestCount()
 
@@ -596,10 +604,7 @@ func TestWatchResumes(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeAPI(t)
-			f.putCluster("default", "example", size(3))
-			startOperator(t, f)
-			waitPhase(f, "example", phaseCreated)
+			f := createdExample(t)
 			f.waitFor("the watch", func() bool { return len(f.streams) == 1 })
 			f.mu.Lock()
 			lastRV := f.history[len(f.history)-1].Object

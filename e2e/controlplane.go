@@ -59,6 +59,44 @@ type Process struct {
 	done    chan struct{}
 }
 
+// Up is what the tests, cmd/local and cmd/bench start from: it builds the
+// components (once), starts a control plane in a new temporary directory
+// named after prefix, and applies the CRD from examples/.
+func Up(out io.Writer, prefix string, proxyPort int) (*ControlPlane, error) {
+	bin, err := BuildComponents(out)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, err
+	}
+	cp, err := Start(out, bin, dir, proxyPort)
+	if err == nil {
+		err = cp.ApplyCRD()
+	}
+	if err != nil {
+		if cp != nil {
+			cp.Stop()
+		}
+		return nil, fmt.Errorf("%w (logs in %s)", err, dir)
+	}
+	return cp, nil
+}
+
+// ApplyCRD applies examples/crd.yaml and waits until it is served.
+func (cp *ControlPlane) ApplyCRD() error {
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	if _, err := cp.Kubectl("", "apply", "-f", filepath.Join(root, "examples", "crd.yaml")); err != nil {
+		return err
+	}
+	_, err = cp.Kubectl("", "wait", "--for=condition=Established", "--timeout=60s", "crd/etcdclusters.coreos.com")
+	return err
+}
+
 // Start starts etcd, kube-apiserver, kube-controller-manager (the garbage
 // collector and the ServiceAccount controller, which creates the default
 // ServiceAccount that Pods need) and kubectl proxy, on proxyPort if it is
@@ -371,12 +409,15 @@ func (p *Process) Stop(grace time.Duration) {
 	}
 }
 
+// Pid is the process ID.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
 // Done is closed when the process has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
 // Stop stops every process, newest first.
 func (cp *ControlPlane) Stop() {
-	for _, name := range []string{"etcd-operator", "etcd-operator-incluster", "etcd-operator-members", "kubectl-proxy", "kube-controller-manager", "kube-apiserver", "etcd"} {
+	for _, name := range []string{"etcd-operator", "etcd-operator-incluster", "etcd-operator-members", "etcd-operator-bench", "kubectl-proxy", "kube-controller-manager", "kube-apiserver", "etcd"} {
 		cp.StopProcess(name, 5*time.Second)
 	}
 	cp.mu.Lock()

@@ -41,36 +41,21 @@ func run(withAgent bool, proxyPort int) error {
 	signal.Ignore(syscall.SIGPIPE)
 	say := func(format string, args ...any) { fmt.Printf("local: "+format+"\n", args...) }
 
-	bin, err := e2e.BuildComponents(os.Stdout)
-	if err != nil {
-		return err
-	}
-	dir, err := os.MkdirTemp("", "etcd-operator-local-")
-	if err != nil {
-		return err
-	}
-	say("starting etcd, kube-apiserver, kube-controller-manager and kubectl proxy (files in %s)", dir)
-	cp, err := e2e.Start(os.Stdout, bin, dir, proxyPort)
+	say("starting etcd, kube-apiserver, kube-controller-manager and kubectl proxy; applying examples/crd.yaml")
+	cp, err := e2e.Up(os.Stdout, "etcd-operator-local-", proxyPort)
 	if err != nil {
 		return err
 	}
 	defer func() {
 		say("stopping everything")
 		cp.Stop()
-		os.RemoveAll(dir)
+		os.RemoveAll(cp.Dir)
 	}()
 	root, err := e2e.RepoRoot()
 	if err != nil {
 		return err
 	}
 	example := func(name string) string { return filepath.Join(root, "examples", name) }
-	say("kubectl apply -f examples/crd.yaml")
-	if _, err := cp.Kubectl("", "apply", "-f", example("crd.yaml")); err != nil {
-		return err
-	}
-	if _, err := cp.Kubectl("", "wait", "--for=condition=Established", "--timeout=60s", "crd/etcdclusters.coreos.com"); err != nil {
-		return err
-	}
 
 	if withAgent && os.Geteuid() != 0 {
 		say("not root: no node agent, so the Pods will stay Pending (the operator's part works the same)")
@@ -89,7 +74,7 @@ func run(withAgent bool, proxyPort int) error {
 	}
 
 	say("building the operator (CGO_ENABLED=0 go build) and running it: etcd-operator -master=%s", cp.ProxyURL)
-	opBin, err := e2e.BuildOperator(dir)
+	opBin, err := e2e.BuildOperator(cp.Dir)
 	if err != nil {
 		return err
 	}
