@@ -35,6 +35,7 @@ type BenchReport struct {
 	Rounds                        int
 	Operator, Loader8, Loader1    time.Duration // medians
 	Ratio                         float64       // median of the rounds' operator/loader8
+	Ratios                        []float64     // each round's, in order
 	Single, SingleLoader          time.Duration
 	RestartRequests, RestartWrite int
 	RestartLists                  int
@@ -103,7 +104,7 @@ func RunBenchmark(cp *ControlPlane, o BenchOptions) (*BenchReport, error) {
 		return nil, err
 	}
 	defer proxy.srv.Close()
-	for _, ns := range []string{"load1", "rss-few", "rss-many"} {
+	for _, ns := range []string{"serial", "rss-few", "rss-many"} {
 		if err := createNamespace(cp, ns); err != nil {
 			return nil, err
 		}
@@ -167,16 +168,17 @@ func RunBenchmark(cp *ControlPlane, o BenchOptions) (*BenchReport, error) {
 		ratios = append(ratios, float64(took)/float64(loaded))
 	}
 	r.Operator, r.Loader8 = median(ops), median(loads)
+	r.Ratios = slices.Clone(ratios)
 	slices.Sort(ratios)
 	r.Ratio = ratios[len(ratios)/2]
 
-	owners, err := ownersIn(cp, "load1", names)
+	owners, err := ownersIn(cp, "serial", names)
 	if err != nil {
 		return nil, err
 	}
-	reqs := retarget(objects, "load1", owners)
+	reqs := retarget(objects, "serial", owners)
 	say("loader: the same %d objects, 1 at a time", len(reqs))
-	if r.Loader1, err = timeObjects(cp, "load1", len(reqs), func() error {
+	if r.Loader1, err = timeObjects(cp, "serial", len(reqs), func() error {
 		return parallel(1, len(reqs), func(i int) error { return post(proxy.url, reqs[i]) })
 	}); err != nil {
 		return nil, err
@@ -196,12 +198,12 @@ func RunBenchmark(cp *ControlPlane, o BenchOptions) (*BenchReport, error) {
 		if err != nil {
 			return nil, err
 		}
-		owners, err := ownersIn(cp, "load1", []string{name})
+		owners, err := ownersIn(cp, "serial", []string{name})
 		if err != nil {
 			return nil, err
 		}
-		reqs := retarget(objs, "load1", owners)
-		d, err = timeObjects(cp, "load1", len(reqs), func() error {
+		reqs := retarget(objs, "serial", owners)
+		d, err = timeObjects(cp, "serial", len(reqs), func() error {
 			for _, req := range reqs {
 				if err := post(proxy.url, req); err != nil {
 					return err
@@ -279,7 +281,11 @@ func (r *BenchReport) Table(w io.Writer) {
 	ratio := func(a, b time.Duration) string { return fmt.Sprintf("%.2f×", float64(a)/float64(b)) }
 	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 	fmt.Fprintf(w, "| scenario | operator | loader | ratio | target |\n|---|---|---|---|---|\n")
-	fmt.Fprintf(w, "| %d clusters at once (%d objects), median of %d rounds | %s | %s (8 parallel) | %.2f× | ≤ 1.25× |\n", r.Objects/7, r.Objects, r.Rounds, r.Operator.Round(time.Millisecond), r.Loader8.Round(time.Millisecond), r.Ratio)
+	var each []string
+	for _, x := range r.Ratios {
+		each = append(each, fmt.Sprintf("%.2f×", x))
+	}
+	fmt.Fprintf(w, "| %d clusters at once (%d objects), median of %d rounds | %s | %s (8 parallel) | %.2f× (rounds: %s) | ≤ 1.25× |\n", r.Objects/7, r.Objects, r.Rounds, r.Operator.Round(time.Millisecond), r.Loader8.Round(time.Millisecond), r.Ratio, strings.Join(each, ", "))
 	fmt.Fprintf(w, "| same, loader 1 at a time | | %s | %s | |\n", r.Loader1.Round(time.Millisecond), ratio(r.Operator, r.Loader1))
 	fmt.Fprintf(w, "| one cluster (7 objects), median | %s | %s (back to back) | %s | ≤ 1.5× |\n", r.Single.Round(time.Millisecond), r.SingleLoader.Round(time.Millisecond), ratio(r.Single, r.SingleLoader))
 	fmt.Fprintf(w, "| restart with %d clusters | %d requests (%d list pages, %d writes), idle after %s | | | no writes, ≤ 1 request per cluster |\n", r.RestartClusters, r.RestartRequests, r.RestartLists, r.RestartWrite, r.RestartIdle.Round(time.Millisecond))
