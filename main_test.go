@@ -645,24 +645,62 @@ func TestWatchResumes(t *testing.T) {
 	}
 }
 
-// A watch that goes silent is dropped and re-established.
+// A watch that goes silent is dropped and re-established: one whose stream
+// stops sending, and one whose request is never answered at all.
 func TestStalledWatchIsReplaced(t *testing.T) {
-	f := newFakeAPI(t)
-	op := startOperator(t, f, "-watch-stall", "2s")
-	f.waitFor("a second watch after the first stalled", func() bool {
-		n := 0
-		for _, r := range f.requests {
-			if r.Query.Get("watch") != "" {
-				n++
+	for _, tc := range []struct {
+		name     string
+		noAnswer bool
+	}{
+		{name: "silent stream"},
+		{name: "no answer", noAnswer: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeAPI(t)
+			if tc.noAnswer {
+				var once sync.Once
+				f.fault = func(r request) (int, string, string) {
+					if r.Query.Get("watch") != "" {
+						once.Do(func() { <-r.Ctx.Done() }) // the first watch hangs
+					}
+					return 0, "", ""
+				}
 			}
-		}
-		return n >= 2 && len(f.streams) == 1
-	})
-	if !strings.Contains(op.logs.String(), "watch stalled") {
-		t.Error("no log line says the watch stalled")
+			op := startOperator(t, f, "-watch-stall", "2s")
+			f.waitFor("a second watch after the first stalled", func() bool {
+				n := 0
+				for _, r := range f.requests {
+					if r.Query.Get("watch") != "" {
+						n++
+					}
+				}
+				return n >= 2 && len(f.streams) == 1
+			})
+			if !strings.Contains(op.logs.String(), "watch stalled") {
+				t.Error("no log line says the watch stalled")
+			}
+			f.putCluster("default", "example", size(1))
+			waitPhase(f, "example", phaseCreated)
+		})
 	}
-	f.putCluster("default", "example", size(1))
-	waitPhase(f, "example", phaseCreated)
+}
+
+// With -namespace empty, the operator watches every namespace and creates
+// each cluster's objects in the cluster's own namespace.
+func TestAllNamespaces(t *testing.T) {
+	f := newFakeAPI(t)
+	f.putCluster("team-a", "db", size(1))
+	f.putCluster("team-b", "db", size(1))
+	startOperator(t, f, "-namespace", "")
+	for _, ns := range []string{"team-a", "team-b"} {
+		f.waitFor(ns+"/db Created", func() bool { return phaseOf(f.clusters[ns+"/db"]) == phaseCreated })
+		if f.object("pods", ns, "db-0") == nil || f.object("services", ns, "db-client") == nil {
+			t.Errorf("no objects for %s/db in %s", ns, ns)
+		}
+	}
+	if n := f.count("GET", "/apis/coreos.com/v1/etcdclusters"); n < 2 {
+		t.Errorf("%d requests to the all-namespaces collection, want a list and a watch", n)
+	}
 }
 
 // Listing reads page by page and watches from the list's resourceVersion.

@@ -191,21 +191,26 @@ func (w *watcher) watch(ctx context.Context, rv string, events chan<- event) (st
 		"allowWatchBookmarks": {"true"},
 		"timeoutSeconds":      {fmt.Sprint(max(1, int(timeout.Seconds())))},
 	}
+	// The stall timer runs from the request on (a server may never even
+	// answer), and every byte that arrives pushes it back. If it fires, it
+	// cancels the request, which unblocks the read.
 	streamCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	stall := time.AfterFunc(w.stall, func() { cancel(errStalled) })
+	defer stall.Stop()
 	body, err := w.client.stream(streamCtx, w.path+"?"+q.Encode())
 	if err != nil {
 		var apiErr *apiError
-		if errors.As(err, &apiErr) && apiErr.Code == http.StatusGone {
+		switch {
+		case errors.As(err, &apiErr) && apiErr.Code == http.StatusGone:
 			return rv, 0, errExpired
+		case errors.Is(context.Cause(streamCtx), errStalled):
+			return rv, 0, fmt.Errorf("no answer for %s: %w", w.stall, errStalled)
 		}
 		return rv, 0, fmt.Errorf("watch etcdclusters: %w", err)
 	}
 	defer body.Close()
-	// The stall timer is pushed back by every byte that arrives; if it
-	// fires, it cancels the request, which unblocks the read.
-	stall := time.AfterFunc(w.stall, func() { cancel(errStalled) })
-	defer stall.Stop()
+	stall.Reset(w.stall)
 	rv, n, err := w.decode(ctx, &stallReader{r: body, timer: stall, d: w.stall}, rv, events)
 	if errors.Is(context.Cause(streamCtx), errStalled) {
 		return rv, n, fmt.Errorf("no data for %s: %w", w.stall, errStalled)
