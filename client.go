@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -44,6 +45,7 @@ type client struct {
 	timeout   time.Duration // for each non-watch request
 	attempts  int           // tries for a retryable failure
 	retryBase time.Duration
+	log       *slog.Logger
 }
 
 // apiError is a failed request, with the API server's Status when it sent one.
@@ -131,6 +133,7 @@ func newClient(base string, tlsConfig *tls.Config) *client {
 		timeout:   30 * time.Second,
 		attempts:  6,
 		retryBase: 200 * time.Millisecond,
+		log:       slog.New(slog.DiscardHandler),
 	}
 }
 
@@ -148,6 +151,7 @@ func (c *client) do(ctx context.Context, method, path string, body []byte, conte
 		if wait == 0 {
 			wait = retry.delay()
 		}
+		c.log.Warn("API request failed; retrying", "method", method, "path", path, "attempt", attempt, "in", wait.Round(time.Millisecond), "err", err)
 		if !sleep(ctx, wait) {
 			return nil, ctx.Err()
 		}

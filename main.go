@@ -116,6 +116,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	}
 	c.limit = newRateLimiter(cfg.qps, cfg.burst)
 	c.timeout = cfg.requestTimeout
+	c.log = log
 	log.Info("etcd-operator starting", "apiServer", c.base, "namespace", printable(namespace), "workers", cfg.workers, "qps", cfg.qps)
 
 	events := make(chan event)

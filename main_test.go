@@ -1029,3 +1029,35 @@ func selfSignedCA(t *testing.T) []byte {
 	}
 	return der
 }
+
+// A failed list tells a newcomer what to do about it.
+func TestListHints(t *testing.T) {
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close() // nothing listens on its port any more
+	for _, tc := range []struct {
+		name string
+		base func(f *fakeAPI) string
+		code int
+		want string
+	}{
+		{name: "nothing listens", base: func(*fakeAPI) string { return closed.URL }, want: "start kubectl proxy"},
+		{name: "no CRD", code: 404, want: "kubectl apply -f examples/crd.yaml"},
+		{name: "no permission", code: 403, want: "the Role in examples/deploy.yaml"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeAPI(t)
+			f.fault = func(request) (int, string, string) { return tc.code, "", "refused" }
+			base := f.srv.URL
+			if tc.base != nil {
+				base = tc.base(f)
+			}
+			c := newClient(base, nil)
+			c.attempts = 1
+			w := &watcher{client: c, path: clustersPath("default"), pageSize: 10, log: slog.New(slog.DiscardHandler)}
+			_, err := w.list(context.Background(), make(chan event))
+			if err == nil || !strings.Contains(listHint(err), tc.want) {
+				t.Errorf("list error %v: hint %q, want one with %q", err, listHint(err), tc.want)
+			}
+		})
+	}
+}

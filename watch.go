@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"syscall"
 	"time"
 )
 
@@ -96,7 +97,7 @@ func (w *watcher) run(ctx context.Context, events chan<- event) {
 			var err error
 			if rv, err = w.list(ctx, events); err != nil {
 				if ctx.Err() == nil {
-					w.log.Error("list failed; retrying", "path", w.path, "err", err)
+					w.log.Error("list failed; retrying", "path", w.path, "err", err, "hint", listHint(err))
 					retry.wait(ctx)
 				}
 				continue
@@ -270,6 +271,19 @@ func (w *watcher) decode(ctx context.Context, stream io.Reader, rv string, event
 			w.log.Warn("ignoring watch event of unknown type", "type", we.Type)
 		}
 	}
+}
+
+// listHint says what a newcomer most likely has to do about a failed list.
+func listHint(err error) string {
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "nothing listens there: start kubectl proxy, or pass -master"
+	case isStatus(err, http.StatusNotFound):
+		return "no EtcdCluster resource: kubectl apply -f examples/crd.yaml"
+	case isStatus(err, http.StatusForbidden):
+		return "not allowed to list etcdclusters: see the Role in examples/deploy.yaml"
+	}
+	return ""
 }
 
 func decodeCluster(raw json.RawMessage) (*EtcdCluster, error) {
