@@ -100,14 +100,12 @@ func newRecorder(c *client, log *slog.Logger) *recorder {
 // the Event is dropped, and the log still has the line.
 func (r *recorder) record(ec *EtcdCluster, typ, reason, message string) {
 	now := time.Now().UTC().Format(time.RFC3339)
-	name := ec.Metadata.Name
-	if len(name) > 200 {
-		name = name[:200] // generateName adds five characters; names stop at 253
-	}
 	body := mustJSON(map[string]any{
 		"apiVersion": "v1",
 		"kind":       "Event",
-		"metadata":   map[string]any{"generateName": name + ".", "namespace": ec.Metadata.Namespace},
+		// The base name is a valid label however long the cluster's name;
+		// the server appends five random characters.
+		"metadata": map[string]any{"generateName": baseName(ec.Metadata.Name) + ".", "namespace": ec.Metadata.Namespace},
 		"involvedObject": map[string]any{
 			"apiVersion": apiVersion, "kind": kind,
 			"name": ec.Metadata.Name, "namespace": ec.Metadata.Namespace,

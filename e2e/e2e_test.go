@@ -294,6 +294,50 @@ func TestSchemaRejectsInvalidClusters(t *testing.T) {
 	}
 }
 
+// Any valid EtcdCluster name, up to 253 characters with dots, yields objects
+// the real API server accepts (Service names are DNS-1035 labels of at most
+// 63 characters), and Events about it.
+func TestLongAndDottedNames(t *testing.T) {
+	long := strings.Repeat("a", 60) + "." + strings.Repeat("b", 60) + "." + strings.Repeat("c", 60) + "." + strings.Repeat("d", 60) + ".e"
+	for _, name := range []string{"my.cluster.v2", strings.Repeat("x", 57), long, "3-node"} {
+		t.Run(name[:min(len(name), 20)], func(t *testing.T) {
+			apply(t, clusterYAML(name, 3))
+			ec := waitPhase(t, name, "Created", 60*time.Second)
+			members, _ := ec.status()["members"].([]any)
+			if len(members) != 3 {
+				t.Fatalf("status.members = %v", members)
+			}
+			for _, m := range members {
+				var pod object
+				if err := cp.Get("/api/v1/namespaces/default/pods/"+m.(string), &pod); err != nil {
+					t.Errorf("member %v: %v", m, err)
+				}
+				if len(m.(string)) > 63 {
+					t.Errorf("member name %q is longer than 63", m)
+				}
+			}
+			if msg, _ := ec.status()["message"].(string); name != "3-node" && !strings.Contains(msg, "shortened") {
+				t.Errorf("status.message does not say the names were shortened: %q", msg)
+			}
+			err := Eventually(30*time.Second, "a ClusterCreated event", func() (bool, error) {
+				var l struct {
+					Items []struct{ Reason string }
+				}
+				err := cp.Get("/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3D"+name, &l)
+				for _, e := range l.Items {
+					if e.Reason == "ClusterCreated" {
+						return true, nil
+					}
+				}
+				return false, err
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
 // 7. Fifty clusters applied at once all end complete, with no duplicates.
 func TestManyClusters(t *testing.T) {
 	var yaml strings.Builder
