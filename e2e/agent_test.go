@@ -17,6 +17,7 @@ import (
 // one member read through another. Deleting the EtcdCluster ends the
 // processes, through the garbage collector and the agent.
 func TestMembersFormACluster(t *testing.T) {
+	needRoot(t)
 	const ns = "members"
 	apply(t, "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+ns+"\n")
 	err := Eventually(60*time.Second, "the default ServiceAccount in "+ns, func() (bool, error) {

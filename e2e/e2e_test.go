@@ -490,3 +490,11 @@ func TestBenchmarkSmoke(t *testing.T) {
 		t.Errorf("the restarted operator sent %d requests for 12 clusters", r.RestartRequests)
 	}
 }
+
+// needRoot skips a test that makes network or mount namespaces.
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it makes network and mount namespaces")
+	}
+}

@@ -16,6 +16,7 @@ import (
 // ServiceAccount files are bind-mounted at the path the kubelet uses, in a
 // mount namespace of the operator's own; the operator has no test switch.
 func TestInCluster(t *testing.T) {
+	needRoot(t)
 	const ns = "incluster"
 	manifests, err := os.ReadFile(examplePath("deploy.yaml"))
 	if err != nil {
