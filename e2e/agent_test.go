@@ -19,12 +19,7 @@ import (
 func TestMembersFormACluster(t *testing.T) {
 	needRoot(t)
 	const ns = "members"
-	apply(t, "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+ns+"\n")
-	err := Eventually(60*time.Second, "the default ServiceAccount in "+ns, func() (bool, error) {
-		code, _, _ := cp.Do("GET", "/api/v1/namespaces/"+ns+"/serviceaccounts/default", nil, "")
-		return code == 200, nil
-	})
-	if err != nil {
+	if err := createNamespace(cp, ns); err != nil {
 		t.Fatal(err)
 	}
 	agent, err := StartAgent(cp, ns, "eopt", "10.213.7")

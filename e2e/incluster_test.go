@@ -23,15 +23,10 @@ func TestInCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	deploy := strings.ReplaceAll(string(manifests), "namespace: default", "namespace: "+ns)
-	apply(t, "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+ns+"\n")
-	apply(t, deploy)
-	err = Eventually(60*time.Second, "the default ServiceAccount in "+ns, func() (bool, error) {
-		code, _, _ := cp.Do("GET", "/api/v1/namespaces/"+ns+"/serviceaccounts/default", nil, "")
-		return code == 200, nil
-	})
-	if err != nil {
+	if err := createNamespace(cp, ns); err != nil {
 		t.Fatal(err)
 	}
+	apply(t, deploy)
 
 	saDir := t.TempDir()
 	ca, err := os.ReadFile(cp.CAFile)
