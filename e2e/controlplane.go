@@ -60,8 +60,8 @@ type Process struct {
 }
 
 // Up is what the tests, cmd/local and cmd/bench start from: it builds the
-// components (once), starts a control plane in a new temporary directory
-// named after prefix, and applies the CRD from examples/.
+// components (once) and starts a control plane, with the CRD applied, in a
+// new temporary directory named after prefix.
 func Up(out io.Writer, prefix string, proxyPort int) (*ControlPlane, error) {
 	bin, err := BuildComponents(out)
 	if err != nil {
@@ -72,13 +72,7 @@ func Up(out io.Writer, prefix string, proxyPort int) (*ControlPlane, error) {
 		return nil, err
 	}
 	cp, err := Start(out, bin, dir, proxyPort)
-	if err == nil {
-		err = cp.ApplyCRD()
-	}
 	if err != nil {
-		if cp != nil {
-			cp.Stop()
-		}
 		return nil, fmt.Errorf("%w (logs in %s)", err, dir)
 	}
 	return cp, nil
@@ -97,11 +91,11 @@ func (cp *ControlPlane) ApplyCRD() error {
 	return err
 }
 
-// Start starts etcd, kube-apiserver, kube-controller-manager (the garbage
-// collector and the ServiceAccount controller, which creates the default
-// ServiceAccount that Pods need) and kubectl proxy, on proxyPort if it is
-// not 0 and free, and waits until the default namespace can take Pods. On
-// error it stops what it started.
+// Start starts etcd, kube-apiserver, applies examples/crd.yaml, starts
+// kube-controller-manager (the garbage collector and the ServiceAccount
+// controller, which creates the default ServiceAccount that Pods need) and
+// kubectl proxy, on proxyPort if it is not 0 and free, and waits until the
+// default namespace can take Pods. On error it stops what it started.
 func Start(out io.Writer, bin Binaries, dir string, proxyPort int) (_ *ControlPlane, err error) {
 	cp := &ControlPlane{Dir: dir, Bin: bin, out: out, procs: map[string]*Process{}}
 	defer func() {
@@ -123,6 +117,11 @@ func Start(out io.Writer, bin Binaries, dir string, proxyPort int) (_ *ControlPl
 		return nil, err
 	}
 	if err := cp.StartAPIServer(); err != nil {
+		return nil, err
+	}
+	// The CRD before the controllers: the garbage collector discovers
+	// resources when it starts and then only every 30 seconds.
+	if err := cp.ApplyCRD(); err != nil {
 		return nil, err
 	}
 	kcmPort, err := freePort()
