@@ -556,6 +556,36 @@ func TestCreateErrorIsReportedAndRetried(t *testing.T) {
 	}
 }
 
+// A cluster whose requests hang does not hold up the others: the workers
+// are a pool, not a line.
+func TestSlowClusterDoesNotBlockOthers(t *testing.T) {
+	f := newFakeAPI(t)
+	release := make(chan struct{})
+	f.fault = func(r request) (int, string, string) {
+		if r.Method == "POST" && strings.Contains(r.Body, `"name":"slow-0"`) {
+			select {
+			case <-release:
+			case <-r.Ctx.Done():
+			}
+		}
+		return 0, "", ""
+	}
+	f.putCluster("default", "slow", size(1))
+	startOperator(t, f, "-workers", "4")
+	f.waitFor("slow's first POST", func() bool { return f.countLocked("POST", "/api/v1/namespaces/default/services") == 1 })
+	for i := range 5 {
+		f.putCluster("default", fmt.Sprintf("fast%d", i), size(1))
+	}
+	for i := range 5 {
+		waitPhase(f, fmt.Sprintf("fast%d", i), phaseCreated)
+	}
+	if phaseOf(f.cluster("default", "slow")) != "" {
+		t.Error("slow finished while its requests hung")
+	}
+	close(release)
+	waitPhase(f, "slow", phaseCreated)
+}
+
 // A name already taken by an object the cluster does not own is not "done":
 // the cluster is Failed with a message naming the object.
 func TestNameTakenByAnotherObject(t *testing.T) {
