@@ -28,6 +28,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -381,7 +382,12 @@ type queue struct {
 	// are dropped; a failure is retried by its timer. Keys and values hold
 	// no pointers, so 2,000 clusters cost a few dozen KiB in one place.
 	handled map[uuid.UUID]int64
+	// since counts the items handled since memory was last handed back.
+	since int
 }
+
+// burst is how many items make a burst worth handing memory back after.
+const burst = 100
 
 // uidOf is the object's uid as 16 bytes (any string maps to some UUID).
 func uidOf(ec *EtcdCluster) uuid.UUID {
@@ -453,10 +459,23 @@ func (q *queue) work(ctx context.Context, it item) {
 		if ok && !next.refresh && q.alreadyHandled(next.cluster) {
 			ok = false
 		}
+		q.since++
+		release := false
 		if !ok {
 			delete(q.busy, k)
+			release = len(q.busy) == 0 && q.since >= burst
+			if release {
+				q.since = 0
+			}
 		}
 		q.mu.Unlock()
+		if release {
+			// A burst (the list after a start, many clusters applied
+			// at once) is over and nothing of it is kept: hand the memory
+			// back now, not minutes later when an idle process's next
+			// garbage collection runs.
+			debug.FreeOSMemory()
+		}
 		if !ok {
 			if err != nil && ctx.Err() == nil {
 				q.retryLater(ctx, item{cluster: it.cluster, refresh: true}, failures)

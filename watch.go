@@ -24,7 +24,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"runtime/debug"
 	"syscall"
 	"time"
 )
@@ -168,10 +167,6 @@ func (w *watcher) list(ctx context.Context, events chan<- event) (string, error)
 		}
 		if page.Metadata.Continue == "" {
 			w.log.Info("listed etcdclusters", "path", w.path, "resourceVersion", page.Metadata.ResourceVersion)
-			// A list is the operator's one burst of allocation. Nothing
-			// of it is kept, so hand the memory back now, not minutes
-			// later when an idle process's next garbage collection runs.
-			debug.FreeOSMemory()
 			return page.Metadata.ResourceVersion, nil
 		}
 		cont = page.Metadata.Continue
