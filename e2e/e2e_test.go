@@ -38,7 +38,7 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer cp.Stop()
-	fmt.Printf("e2e: control plane up in %s (API server %s, kubectl proxy %s)\n", time.Since(start).Round(time.Millisecond), cp.APIServerURL, cp.ProxyURL)
+	fmt.Printf("e2e: control plane ready in %s, builds included (API server %s, kubectl proxy %s)\n", time.Since(start).Round(time.Millisecond), cp.APIServerURL, cp.ProxyURL)
 	code := func() int {
 		if operatorBin, err = BuildOperator(cp.Dir); err != nil {
 			fmt.Println("e2e:", err)
