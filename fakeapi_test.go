@@ -234,16 +234,12 @@ func (f *fakeAPI) closeStreams() {
 	f.streams = nil
 }
 
-func (f *fakeAPI) openStreams() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.streams)
-}
-
-// compact forgets history: watches from before now get 410 Expired.
+// compact is other writes happening, then history being compacted: a
+// watch from any resourceVersion seen so far gets 410 Expired.
 func (f *fakeAPI) compact() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.rv++
 	f.floor = f.rv
 }
 

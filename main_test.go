@@ -621,6 +621,10 @@ func TestWatchResumes(t *testing.T) {
 			f.closeStreams()
 		}},
 		{name: "410 ERROR event", interrupt: func(f *fakeAPI) { f.sendRaw(expired) }, wantLists: 2},
+		{name: "history compacted while disconnected", wantLists: 2, interrupt: func(f *fakeAPI) {
+			f.compact()
+			f.closeStreams()
+		}},
 		{name: "410 answer to the watch", wantLists: 2, interrupt: func(f *fakeAPI) {
 			var once sync.Once
 			f.fault = func(r request) (int, string, string) {

@@ -136,7 +136,7 @@ func RunBenchmark(cp *ControlPlane, o BenchOptions) (*BenchReport, error) {
 			}
 		}
 		stopOp()
-		if op, err = startOp(ns); err != nil {
+		if _, err = startOp(ns); err != nil {
 			return nil, err
 		}
 		if err := waitIdle(proxy, 30*time.Second); err != nil {
