@@ -679,6 +679,34 @@ func TestWatchResumes(t *testing.T) {
 	}
 }
 
+// A server that answers every watch with 410 gets a list now and then, not a
+// list-watch loop: the delays between lists grow.
+func TestExpiredAgainAndAgainBacksOff(t *testing.T) {
+	f := newFakeAPI(t)
+	f.fault = func(r request) (int, string, string) {
+		if r.Query.Get("watch") != "" {
+			return http.StatusGone, "", "too old resource version"
+		}
+		return 0, "", ""
+	}
+	startOperator(t, f)
+	var lists []time.Time
+	f.waitFor("four lists", func() bool {
+		lists = nil
+		for _, r := range f.requests {
+			if r.Query.Get("watch") == "" && strings.HasSuffix(r.Path, "/etcdclusters") {
+				lists = append(lists, r.At)
+			}
+		}
+		return len(lists) >= 4
+	})
+	// The backoff starts at 500ms and doubles, each delay drawn from its
+	// upper half: the third delay is at least 1s, the first at most 0.5s.
+	if first, third := lists[1].Sub(lists[0]), lists[3].Sub(lists[2]); third < time.Second || third < first {
+		t.Errorf("delays between lists: first %v, third %v; want a growing backoff", first, third)
+	}
+}
+
 // A watch that goes silent is dropped and re-established: one whose stream
 // stops sending, and one whose request is never answered at all.
 func TestStalledWatchIsReplaced(t *testing.T) {

@@ -104,23 +104,24 @@ func (w *watcher) run(ctx context.Context, events chan<- event) {
 		}
 		started := time.Now()
 		next, n, err := w.watch(ctx, rv, events)
+		// A watch that carried events or lasted a while was healthy: go on
+		// at once. One that ended at once, again and again, gets a backoff,
+		// so that a misbehaving server is never hammered.
+		healthy := n > 0 || time.Since(started) > 5*time.Second
 		switch {
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, errExpired):
 			w.log.Info("watch position expired; listing again", "resourceVersion", rv)
-			rv = ""
-			continue
+			next = ""
 		case err != nil:
 			w.log.Warn("watch ended; resuming", "resourceVersion", next, "err", err)
+			healthy = false
 		default:
 			w.log.Debug("watch closed by server; resuming", "resourceVersion", next, "events", n)
 		}
 		rv = next
-		// A watch that carried events or lasted a while was healthy: resume
-		// at once. One that ended at once, again and again, gets a backoff,
-		// so that a misbehaving server is never hammered.
-		if err == nil && (n > 0 || time.Since(started) > 5*time.Second) {
+		if healthy {
 			retry.reset()
 		} else {
 			retry.wait(ctx)
