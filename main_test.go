@@ -1123,3 +1123,20 @@ func TestListHints(t *testing.T) {
 		})
 	}
 }
+
+// A full Event queue drops Events without blocking and without a log line
+// for each: the first drop and every hundredth are logged.
+func TestEventQueueFullDropsQuietly(t *testing.T) {
+	var logs syncBuffer
+	r := newRecorder(newClient("http://127.0.0.1:1", nil), slog.New(slog.NewTextHandler(&logs, nil)))
+	ec := &EtcdCluster{Metadata: objectMeta{Name: "example", Namespace: "default", UID: "u"}}
+	for range cap(r.queue) + 250 { // nobody runs r.run: the queue fills up
+		r.record(ec, eventNormal, reasonMemberCreated, "m")
+	}
+	if got := strings.Count(logs.String(), "event queue full"); got != 3 {
+		t.Errorf("%d log lines for 250 dropped events, want 3 (the 1st, 100th and 200th):\n%s", got, logs.String())
+	}
+	if !strings.Contains(logs.String(), "droppedSoFar=200") {
+		t.Errorf("the log does not count the drops:\n%s", logs.String())
+	}
+}

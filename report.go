@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"sync/atomic"
 	"time"
 )
 
@@ -82,6 +83,7 @@ type recorder struct {
 	queue    chan pendingEvent
 	limit    *rateLimiter
 	instance string
+	dropped  atomic.Int64
 }
 
 type pendingEvent struct {
@@ -97,7 +99,8 @@ func newRecorder(c *client, log *slog.Logger) *recorder {
 }
 
 // record queues an Event about ec. It never blocks: when the queue is full
-// the Event is dropped, and the log still has the line.
+// the Event is dropped (the log still has what happened), and the first
+// drop and every hundredth after it are logged with the count so far.
 func (r *recorder) record(ec *EtcdCluster, typ, reason, message string) {
 	now := time.Now().UTC().Format(time.RFC3339)
 	body := mustJSON(map[string]any{
@@ -120,7 +123,9 @@ func (r *recorder) record(ec *EtcdCluster, typ, reason, message string) {
 	select {
 	case r.queue <- pendingEvent{namespace: ec.Metadata.Namespace, body: body}:
 	default:
-		r.log.Warn("event queue full; dropping event", "cluster", ec.key(), "reason", reason)
+		if n := r.dropped.Add(1); n == 1 || n%100 == 0 {
+			r.log.Warn("event queue full; dropping events", "cluster", ec.key(), "reason", reason, "droppedSoFar", n)
+		}
 	}
 }
 
