@@ -19,7 +19,7 @@ import (
 func TestMembersFormACluster(t *testing.T) {
 	needRoot(t)
 	const ns = "members"
-	if err := createNamespace(cp, ns); err != nil {
+	if err := cp.CreateNamespace(ns); err != nil {
 		t.Fatal(err)
 	}
 	agent, err := StartAgent(cp, ns, "eopt", "10.213.7")

@@ -105,7 +105,7 @@ func RunBenchmark(cp *ControlPlane, o BenchOptions) (*BenchReport, error) {
 	}
 	defer proxy.srv.Close()
 	for _, ns := range []string{"serial", "rss-few", "rss-many"} {
-		if err := createNamespace(cp, ns); err != nil {
+		if err := cp.CreateNamespace(ns); err != nil {
 			return nil, err
 		}
 	}
@@ -131,7 +131,7 @@ func RunBenchmark(cp *ControlPlane, o BenchOptions) (*BenchReport, error) {
 		ns = fmt.Sprintf("bench%d", round)
 		load := fmt.Sprintf("load%d", round)
 		for _, n := range []string{ns, load} {
-			if err := createNamespace(cp, n); err != nil {
+			if err := cp.CreateNamespace(n); err != nil {
 				return nil, err
 			}
 		}
@@ -292,16 +292,6 @@ func (r *BenchReport) Table(w io.Writer) {
 	fmt.Fprintf(w, "| idle RSS (after the restart) | %s | | | ≤ 10 MiB |\n", mib(r.RSSIdle))
 	fmt.Fprintf(w, "| RSS, %d vs 10 watched clusters | %s vs %s | | %s | ≤ 1.20× |\n", r.RSSManyClusters, mib(r.RSSMany), mib(r.RSS10), fmt.Sprintf("%.2f×", float64(r.RSSMany)/float64(r.RSS10)))
 	fmt.Fprintf(w, "| static binary (CGO_ENABLED=0, -s -w) | %s | | | ≤ 8 MiB |\n", mib(r.BinarySize))
-}
-
-func createNamespace(cp *ControlPlane, ns string) error {
-	if _, err := cp.Kubectl("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+ns+"\n", "apply", "-f", "-"); err != nil {
-		return err
-	}
-	return Eventually(60*time.Second, "the default ServiceAccount in "+ns, func() (bool, error) {
-		code, _, _ := cp.Do("GET", "/api/v1/namespaces/"+ns+"/serviceaccounts/default", nil, "")
-		return code == 200, nil
-	})
 }
 
 func createCluster(cp *ControlPlane, ns, name string, size int) error {

@@ -147,11 +147,20 @@ func Start(out io.Writer, bin Binaries, dir string, proxyPort int) (_ *ControlPl
 	if err := cp.StartProxy(); err != nil {
 		return nil, err
 	}
-	err = Eventually(60*time.Second, "the default ServiceAccount", func() (bool, error) {
-		code, _, _ := cp.Do("GET", "/api/v1/namespaces/default/serviceaccounts/default", nil, "")
+	return cp, cp.CreateNamespace("default")
+}
+
+// CreateNamespace makes sure a namespace exists and can take Pods: those are
+// refused until the ServiceAccount controller has made its default
+// ServiceAccount.
+func (cp *ControlPlane) CreateNamespace(ns string) error {
+	if _, err := cp.Kubectl("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+ns+"\n", "apply", "-f", "-"); err != nil {
+		return err
+	}
+	return Eventually(60*time.Second, "the default ServiceAccount in "+ns, func() (bool, error) {
+		code, _, _ := cp.Do("GET", "/api/v1/namespaces/"+ns+"/serviceaccounts/default", nil, "")
 		return code == 200, nil
 	})
-	return cp, err
 }
 
 func (cp *ControlPlane) writeCredentials() error {

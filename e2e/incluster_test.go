@@ -23,7 +23,7 @@ func TestInCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	deploy := strings.ReplaceAll(string(manifests), "namespace: default", "namespace: "+ns)
-	if err := createNamespace(cp, ns); err != nil {
+	if err := cp.CreateNamespace(ns); err != nil {
 		t.Fatal(err)
 	}
 	apply(t, deploy)
