@@ -3,7 +3,9 @@
 // the operator against it, and, as root, the e2e node agent, which runs the
 // member Pods as real etcd processes. It applies examples/etcd-cluster.yaml,
 // shows what was created, and keeps running until Ctrl-C, then stops
-// everything it started.
+// everything it started. With -operator=false it stops short of running the
+// operator and applying the example, for those who want to run "go run ."
+// against its kubectl proxy themselves.
 //
 //	go run -C e2e ./cmd/local
 package main
@@ -26,14 +28,15 @@ import (
 func main() {
 	agentFlag := flag.Bool("agent", true, "run the member Pods as etcd processes with the node agent (needs root and ip(8))")
 	proxyPort := flag.Int("proxy-port", 8001, "port for kubectl proxy (the operator's default -master); another free port if taken")
+	operatorFlag := flag.Bool("operator", true, "run the operator and apply the example; false leaves both to you (go run . in the repository)")
 	flag.Parse()
-	if err := run(*agentFlag, *proxyPort); err != nil {
+	if err := run(*agentFlag, *operatorFlag, *proxyPort); err != nil {
 		fmt.Fprintln(os.Stderr, "local:", err)
 		os.Exit(1)
 	}
 }
 
-func run(withAgent bool, proxyPort int) error {
+func run(withAgent, withOperator bool, proxyPort int) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Output piped to a program that Ctrl-C also ends must not kill us
@@ -73,32 +76,9 @@ func run(withAgent bool, proxyPort int) error {
 		say("node agent running the default namespace's Pods in network namespaces on 10.213.8.0/24")
 	}
 
-	say("building the operator (CGO_ENABLED=0 go build) and running it: etcd-operator -master=%s", cp.ProxyURL)
-	opBin, err := e2e.BuildOperator(cp.Dir)
-	if err != nil {
-		return err
-	}
-	cp.OperatorOutput = prefixWriter("operator | ")
-	if _, err := cp.StartOperator(opBin); err != nil {
-		return err
-	}
-	say("kubectl apply -f examples/etcd-cluster.yaml")
-	if _, err := cp.Kubectl("", "apply", "-f", example("etcd-cluster.yaml")); err != nil {
-		return err
-	}
-	err = e2e.Eventually(60*time.Second, "example to be Created", func() (bool, error) {
-		out, err := cp.Kubectl("", "get", "etcdcluster", "example", "-o", "jsonpath={.status.phase}")
-		return out == "Created", err
-	})
-	if err != nil {
-		return err
-	}
-	if agent != nil {
-		err = e2e.Eventually(60*time.Second, "the members to run", func() (bool, error) {
-			return len(agent.Running()) == 3, nil
-		})
-		if err != nil {
-			return fmt.Errorf("%w; agent: %v", err, agent.Errors())
+	if withOperator {
+		if err := startExample(cp, agent, example("etcd-cluster.yaml"), say); err != nil {
+			return err
 		}
 	}
 	out, _ := cp.Kubectl("", "get", "etcdclusters,services,pods", "-o", "wide")
@@ -113,9 +93,19 @@ func run(withAgent bool, proxyPort int) error {
   kubectl apply -f - <<< '{"apiVersion":"coreos.com/v1","kind":"EtcdCluster","metadata":{"name":"five"},"spec":{"size":5}}'
   kubectl delete etcdcluster example     # the garbage collector removes its Pods and Services
 
-kubectl proxy is at %s: "go run ." in the repository talks to it.
-`, cp.Bin.Kubectl, cp.Kubeconfig, cp.ProxyURL)
-	if agent != nil {
+`, cp.Bin.Kubectl, cp.Kubeconfig)
+	if withOperator {
+		fmt.Printf("\nkubectl proxy is at %s. The operator already runs here; to run your own\n(\"go run .\" in the repository), start this command with -operator=false.\n", cp.ProxyURL)
+	} else {
+		fmt.Printf(`
+No operator runs yet. kubectl proxy is at %s, the operator's default -master:
+in the repository, run it and apply the example:
+
+  go run .
+  kubectl apply -f examples/etcd-cluster.yaml
+`, cp.ProxyURL)
+	}
+	if agent != nil && withOperator {
 		fmt.Printf(`The members are real etcd processes, reachable from this machine:
 
   curl -s http://%s:2379/health
@@ -138,4 +128,37 @@ func (p prefixWriter) Write(b []byte) (int, error) {
 		}
 	}
 	return len(b), nil
+}
+
+// startExample builds and runs the operator against kubectl proxy, applies
+// examples/etcd-cluster.yaml and waits for it (and, with the agent, for its
+// members to run).
+func startExample(cp *e2e.ControlPlane, agent *e2e.Agent, exampleFile string, say func(string, ...any)) error {
+	say("building the operator (CGO_ENABLED=0 go build) and running it: etcd-operator -master=%s", cp.ProxyURL)
+	opBin, err := e2e.BuildOperator(cp.Dir)
+	if err != nil {
+		return err
+	}
+	cp.OperatorOutput = prefixWriter("operator | ")
+	if _, err := cp.StartOperator(opBin); err != nil {
+		return err
+	}
+	say("kubectl apply -f examples/etcd-cluster.yaml")
+	if _, err := cp.Kubectl("", "apply", "-f", exampleFile); err != nil {
+		return err
+	}
+	err = e2e.Eventually(60*time.Second, "example to be Created", func() (bool, error) {
+		out, err := cp.Kubectl("", "get", "etcdcluster", "example", "-o", "jsonpath={.status.phase}")
+		return out == "Created", err
+	})
+	if err != nil || agent == nil {
+		return err
+	}
+	err = e2e.Eventually(60*time.Second, "the members to run", func() (bool, error) {
+		return len(agent.Running()) == 3, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w; agent: %v", err, agent.Errors())
+	}
+	return nil
 }
