@@ -41,6 +41,13 @@ type fakeAPI struct {
 	streams  []chan []byte // open watch streams
 	held     [][]byte      // events not yet sent while lagging
 	lagging  bool          // hold events back, as a slow watch does
+	// The fake node (fakeetcd_test.go): Pods run when node is set.
+	node       bool
+	procs      map[string]*fakeProc // ns/pod -> its etcd process
+	etcds      map[string]*fakeEtcd // ns/base -> etcd cluster
+	etcdLog    []string             // membership changes, in order
+	podHistory []watchEvent
+	podStreams []chan []byte
 	// fault, when set, may answer a request instead of the fake: it returns
 	// the HTTP code (0: no fault), a Retry-After value and a Status message.
 	fault func(r request) (code int, retryAfter, message string)
@@ -59,10 +66,17 @@ func newFakeAPI(t *testing.T) *fakeAPI {
 	f := &fakeAPI{
 		t: t, changed: make(chan struct{}), rv: 100,
 		clusters: map[string]map[string]any{}, objects: map[string]map[string]any{},
+		procs: map[string]*fakeProc{}, etcds: map[string]*fakeEtcd{}, node: true,
 	}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(func() {
 		f.closeStreams()
+		f.mu.Lock()
+		for _, s := range f.podStreams {
+			close(s)
+		}
+		f.podStreams = nil
+		f.mu.Unlock()
 		f.srv.Close()
 	})
 	return f
@@ -116,6 +130,23 @@ func (f *fakeAPI) countLocked(method, pathPrefix string) int {
 	n := 0
 	for _, r := range f.requests {
 		if r.Method == method && strings.HasPrefix(r.Path, pathPrefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// countExact returns how many requests match method and path exactly.
+func (f *fakeAPI) countExact(method, path string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.countExactLocked(method, path)
+}
+
+func (f *fakeAPI) countExactLocked(method, path string) int {
+	n := 0
+	for _, r := range f.requests {
+		if r.Method == method && r.Path == path {
 			n++
 		}
 	}
@@ -287,7 +318,12 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	podCollection := r.URL.Path == "/api/v1/pods" || (len(parts) == 5 && parts[4] == "pods")
 	switch {
+	case podCollection && r.Method == "GET" && req.Query.Get("watch") != "":
+		f.serveWatch(w, r, "pods", req.Query.Get("resourceVersion"), req.Query.Get("labelSelector"))
+	case r.URL.Path == "/api/v1/pods" && r.Method == "GET":
+		f.serveCoreList(w, "", "pods", req.Query.Get("labelSelector"))
 	case strings.HasPrefix(r.URL.Path, "/apis/coreos.com/v1/"):
 		f.serveClusters(w, r, req, parts[3:])
 	case strings.HasPrefix(r.URL.Path, "/api/v1/namespaces/") && len(parts) >= 5:
@@ -310,7 +346,7 @@ func (f *fakeAPI) serveClusters(w http.ResponseWriter, r *http.Request, req requ
 	}
 	switch {
 	case len(parts) == 1 && r.Method == "GET" && req.Query.Get("watch") != "":
-		f.serveWatch(w, r, ns, req.Query.Get("resourceVersion"))
+		f.serveWatch(w, r, "etcdclusters", req.Query.Get("resourceVersion"), "")
 	case len(parts) == 1 && r.Method == "GET":
 		f.serveList(w, ns, req.Query)
 	case len(parts) == 2 && r.Method == "GET":
@@ -393,10 +429,14 @@ func (f *fakeAPI) serveList(w http.ResponseWriter, ns string, q url.Values) {
 
 // serveWatch replays the history after rv, then streams live events, each
 // flushed on its own: chunked transfer encoding, as the real server does.
-func (f *fakeAPI) serveWatch(w http.ResponseWriter, r *http.Request, ns, rv string) {
+func (f *fakeAPI) serveWatch(w http.ResponseWriter, r *http.Request, resource, rv, selector string) {
 	from, _ := strconv.Atoi(rv)
 	ch := make(chan []byte, 1024)
 	f.mu.Lock()
+	history, streams := &f.history, &f.streams
+	if resource == "pods" {
+		history, streams = &f.podHistory, &f.podStreams
+	}
 	if from < f.floor {
 		f.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
@@ -406,20 +446,23 @@ func (f *fakeAPI) serveWatch(w http.ResponseWriter, r *http.Request, ns, rv stri
 		w.Write(append(mustJSON(map[string]any{"type": "ERROR", "object": st}), '\n'))
 		return
 	}
-	for _, ev := range f.history {
+	for _, ev := range *history {
 		var obj EtcdCluster
 		_ = json.Unmarshal(ev.Object, &obj)
 		if n, _ := strconv.Atoi(obj.Metadata.ResourceVersion); n > from {
 			ch <- append(mustJSON(ev), '\n')
 		}
 	}
-	f.streams = append(f.streams, ch)
+	// The fake's Pod watchers all use the operator's one selector; the
+	// lists filter by it (serveCoreList).
+	_ = selector
+	*streams = append(*streams, ch)
 	f.notify()
 	f.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
 	w.(http.Flusher).Flush()
-	defer f.dropStream(ch)
+	defer f.dropStream(streams, ch)
 	for {
 		select {
 		case b, ok := <-ch:
@@ -434,11 +477,11 @@ func (f *fakeAPI) serveWatch(w http.ResponseWriter, r *http.Request, ns, rv stri
 	}
 }
 
-func (f *fakeAPI) dropStream(ch chan []byte) {
+func (f *fakeAPI) dropStream(streams *[]chan []byte, ch chan []byte) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if i := slices.Index(f.streams, ch); i >= 0 {
-		f.streams = slices.Delete(f.streams, i, i+1)
+	if i := slices.Index(*streams, ch); i >= 0 {
+		*streams = slices.Delete(*streams, i, i+1)
 	}
 	f.notify()
 }
@@ -449,9 +492,63 @@ func (f *fakeAPI) serveCore(w http.ResponseWriter, r *http.Request, req request,
 		writeStatus(w, 404, "NotFound", "the server could not find the requested resource")
 		return
 	}
+	if r.Method == "GET" && len(rest) == 0 {
+		f.serveCoreList(w, ns, resource, req.Query.Get("labelSelector"))
+		return
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
+	case resource == "pods" && len(rest) >= 2 && strings.HasSuffix(rest[0], fmt.Sprintf(":%d", clientPort)) && rest[1] == "proxy" && r.Method == "POST":
+		f.serveEtcdLocked(w, ns, strings.TrimSuffix(rest[0], fmt.Sprintf(":%d", clientPort)), "/"+strings.Join(rest[2:], "/"), req.Body)
+	case r.Method == "DELETE" && len(rest) == 1 && resource != "events":
+		key := resource + "/" + ns + "/" + rest[0]
+		obj, ok := f.objects[key]
+		if !ok {
+			writeStatus(w, 404, "NotFound", fmt.Sprintf("%s %q not found", resource, rest[0]))
+			return
+		}
+		if resource == "pods" {
+			f.deletePodLocked(ns, rest[0])
+		} else {
+			delete(f.objects, key)
+			f.notify()
+		}
+		w.Write(mustJSON(obj))
+	case r.Method == "PATCH" && len(rest) == 1 && resource == "pods":
+		if req.ContentType != "application/strategic-merge-patch+json" {
+			writeStatus(w, 415, "UnsupportedMediaType", "the body of the request was in an unknown format")
+			return
+		}
+		obj, ok := f.objects["pods/"+ns+"/"+rest[0]]
+		if !ok {
+			writeStatus(w, 404, "NotFound", fmt.Sprintf("pods %q not found", rest[0]))
+			return
+		}
+		var patch struct {
+			Spec struct {
+				Containers []struct{ Name, Image string }
+			}
+		}
+		_ = json.Unmarshal([]byte(req.Body), &patch)
+		for _, pc := range patch.Spec.Containers {
+			c := obj["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+			if pc.Name != c["name"] {
+				writeStatus(w, 422, "Invalid", "no container "+pc.Name)
+				return
+			}
+			c["image"] = pc.Image
+			// The kubelet restarts the container with the new image, in
+			// the same Pod, with the same data.
+			if p := f.procs[podKey(ns, rest[0])]; p != nil {
+				p.Version = strings.TrimPrefix(pc.Image[strings.LastIndex(pc.Image, ":")+1:], "v")
+				p.Down = strings.Contains(pc.Image, "no-such")
+			}
+		}
+		obj["metadata"].(map[string]any)["resourceVersion"] = f.nextRV()
+		f.emitPodLocked("MODIFIED", obj)
+		f.syncPodsLocked(ns, obj["metadata"].(map[string]any)["labels"].(map[string]any)[labelCluster].(string))
+		w.Write(mustJSON(obj))
 	case r.Method == "POST" && len(rest) == 0:
 		var obj map[string]any
 		if err := json.Unmarshal([]byte(req.Body), &obj); err != nil {
@@ -485,6 +582,12 @@ func (f *fakeAPI) serveCore(w http.ResponseWriter, r *http.Request, req request,
 		meta["resourceVersion"] = f.nextRV()
 		f.objects[key] = obj
 		f.notify()
+		if resource == "pods" {
+			f.emitPodLocked("ADDED", obj)
+			if f.node {
+				f.startPodLocked(ns, obj)
+			}
+		}
 		w.WriteHeader(201)
 		w.Write(mustJSON(obj))
 	case r.Method == "GET" && len(rest) == 1:
@@ -497,6 +600,25 @@ func (f *fakeAPI) serveCore(w http.ResponseWriter, r *http.Request, req request,
 	default:
 		writeStatus(w, 405, "MethodNotAllowed", "method not allowed")
 	}
+}
+
+// serveCoreList lists pods or services, filtered by a label selector, with
+// the resourceVersion to watch from.
+func (f *fakeAPI) serveCoreList(w http.ResponseWriter, ns, resource, selector string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var keys []string
+	for k := range f.objects {
+		if strings.HasPrefix(k, resource+"/"+ns) && matches(f.objects[k], selector) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	items := []map[string]any{}
+	for _, k := range keys {
+		items = append(items, f.objects[k])
+	}
+	w.Write(mustJSON(map[string]any{"apiVersion": "v1", "kind": "List", "metadata": map[string]any{"resourceVersion": strconv.Itoa(f.rv)}, "items": items}))
 }
 
 func writeStatus(w http.ResponseWriter, code int, reason, message string) {
@@ -539,7 +661,6 @@ func clone(obj map[string]any) map[string]any {
 	return c
 }
 
-func jsonEqual(a, b any) bool { return string(mustJSON(a)) == string(mustJSON(b)) }
 
 func toInt(v any) int {
 	switch v := v.(type) {

@@ -13,25 +13,25 @@ import (
 // never panic, and whatever it hands to the control loop must be a complete
 // event about a named object. Seeds are in testdata/fuzz/FuzzWatchStream.
 func FuzzWatchStream(f *testing.F) {
-	w := &watcher{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	w := &watcher[*EtcdCluster]{decode: clusterRV, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	f.Fuzz(func(t *testing.T, stream []byte) {
-		events := make(chan event)
+		events := make(chan event[*EtcdCluster])
 		done := make(chan struct{})
-		var got []event
+		var got []event[*EtcdCluster]
 		go func() {
 			defer close(done)
 			for ev := range events {
 				got = append(got, ev)
 			}
 		}()
-		rv, _, _ := w.decode(context.Background(), bytes.NewReader(stream), "1", events)
+		rv, _, _ := w.decodeStream(context.Background(), bytes.NewReader(stream), "1", events)
 		close(events)
 		<-done
 		if rv == "" {
 			t.Errorf("resourceVersion lost: was 1, now empty")
 		}
 		for _, ev := range got {
-			if ev.Cluster == nil || ev.Cluster.Metadata.Name == "" {
+			if ev.Object == nil || ev.Object.Metadata.Name == "" {
 				t.Errorf("event without a named object: %+v", ev)
 			}
 			if ev.Type != "ADDED" && ev.Type != "MODIFIED" && ev.Type != "DELETED" {

@@ -120,15 +120,21 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	c.log = log
 	log.Info("etcd-operator starting", "apiServer", c.base, "namespace", printable(namespace), "workers", cfg.workers, "qps", cfg.qps)
 
-	events := make(chan event)
-	w := &watcher{client: c, path: clustersPath(namespace), stall: cfg.watchStall, pageSize: cfg.pageSize, log: log}
+	clusters, pods := make(chan event[*EtcdCluster]), make(chan event[podEvent])
+	synced := make(chan struct{})
+	cw := &watcher[*EtcdCluster]{client: c, path: clustersPath(namespace), decode: clusterRV,
+		stall: cfg.watchStall, pageSize: cfg.pageSize, log: log, listed: sync.OnceFunc(func() { close(synced) })}
+	// Only the operator's own Pods: the API server filters by label.
+	pw := &watcher[podEvent]{client: c, path: podsPath(namespace), selector: labelCluster, decode: decodePodEvent,
+		stall: cfg.watchStall, pageSize: cfg.pageSize, log: log}
 	rec := newRecorder(c, log)
 	ctl := &controller{client: c, log: log, image: cfg.image, events: rec}
 
 	var wg sync.WaitGroup
-	wg.Go(func() { w.run(ctx, events) })
+	wg.Go(func() { cw.run(ctx, clusters) })
+	wg.Go(func() { pw.run(ctx, pods) })
 	wg.Go(func() { rec.run(ctx) })
-	ctl.run(ctx, events, cfg.workers)
+	ctl.run(ctx, clusters, pods, synced, cfg.workers)
 	wg.Wait()
 	log.Info("etcd-operator stopped")
 	return nil
@@ -172,112 +178,294 @@ type controller struct {
 	log    *slog.Logger
 	image  string
 	events *recorder
+	// expect is, by cluster key, the member Pods its status lists and
+	// whether it calls them ready (" +name -name"): a Pod event that agrees
+	// costs nothing, one that disagrees costs one read of the cluster. A
+	// short string per cluster, not a cache of Pods.
+	expect map[string]string
 }
 
 // run is the control loop: it hands each event to the queue until the
-// watcher closes the channel at shutdown, then waits for the workers.
-func (c *controller) run(ctx context.Context, events <-chan event, workers int) {
+// watchers close their channels at shutdown, then waits for the workers.
+// Pod events are read only once the first list of clusters is in (synced),
+// so that each Pod is compared with its cluster's status, as after a
+// restart, instead of sending every Pod's cluster to work.
+func (c *controller) run(ctx context.Context, clusters <-chan event[*EtcdCluster], pods <-chan event[podEvent], synced <-chan struct{}, workers int) {
 	q := newQueue(workers, c.handle, c.log)
-	for {
+	c.expect = map[string]string{}
+	var podsIn <-chan event[podEvent]
+	for clusters != nil || podsIn != nil {
 		select {
-		case ev, ok := <-events:
+		case <-synced:
+			podsIn, synced = pods, nil
+		case ev, ok := <-clusters:
 			if !ok {
-				q.wait()
-				return
+				clusters = nil
+				continue
 			}
+			ec := ev.Object
 			switch ev.Type {
 			case "ADDED", "MODIFIED":
-				q.add(ctx, item{cluster: ev.Cluster})
+				c.expect[ec.key()] = expectation(ec.status())
+				q.add(ctx, item{cluster: ec})
 			case "DELETED":
 				// Nothing to do: every object carries an ownerReference to
 				// the EtcdCluster, and the garbage collector deletes them.
-				q.forget(ev.Cluster)
-				c.log.Info("cluster deleted; the garbage collector removes its objects", "cluster", ev.Cluster.key())
+				delete(c.expect, ec.key())
+				q.forget(ec)
+				c.log.Info("cluster deleted; the garbage collector removes its objects", "cluster", ec.key())
 			}
+		case ev, ok := <-podsIn:
+			if !ok {
+				podsIn = nil
+				continue
+			}
+			p := ev.Object
+			if p.Cluster == "" {
+				continue
+			}
+			key := p.Namespace + "/" + p.Cluster
+			mark := "-"
+			if p.Ready && ev.Type != "DELETED" {
+				mark = "+"
+			}
+			if strings.Contains(c.expect[key]+" ", " "+mark+p.Name+" ") {
+				continue // as the status says
+			}
+			c.log.Debug("member Pod changed; looking at its cluster", "pod", p.Namespace+"/"+p.Name, "event", ev.Type, "ready", p.Ready)
+			stub := &EtcdCluster{Metadata: objectMeta{Namespace: p.Namespace, Name: p.Cluster}}
+			q.add(ctx, item{cluster: stub, refresh: true})
 		case it := <-q.retries:
 			q.add(ctx, it)
 		}
 	}
+	q.wait()
+}
+
+// expectation is what a status says of the member Pods: " +ready -unready".
+func expectation(st clusterStatus) string {
+	var b strings.Builder
+	for _, m := range st.Members {
+		b.WriteByte(' ')
+		if m.Ready {
+			b.WriteString("+")
+		} else {
+			b.WriteString("-")
+		}
+		b.WriteString(m.Name)
+	}
+	return b.String()
+}
+
+// settled reports a status that needs no pass when its cluster is replayed
+// (after a restart, a relist, or the operator's own status write): it
+// describes the current spec and no step is under way. A change of its
+// Pods is noticed through the Pod watch.
+func settled(ec *EtcdCluster) bool {
+	st := ec.status()
+	p, ok := st.condition(condProgressing)
+	return st.ObservedGeneration == ec.Metadata.Generation && ok && p.Status == "False"
 }
 
 // handle reconciles one queued cluster, first reading it again if asked.
-// It returns the object it acted on, nil if the cluster is gone.
-func (c *controller) handle(ctx context.Context, it item) (*EtcdCluster, error) {
+// It returns the object it acted on (nil if the cluster is gone) and when
+// to look again without an event (0: not unless something changes).
+func (c *controller) handle(ctx context.Context, it item) (*EtcdCluster, time.Duration, error) {
 	ec := it.cluster
 	if it.refresh {
 		b, err := c.client.do(ctx, http.MethodGet, clustersPath(ec.Metadata.Namespace)+"/"+url.PathEscape(ec.Metadata.Name), nil, "")
 		if isStatus(err, http.StatusNotFound) {
-			c.log.Info("cluster is gone; nothing to retry", "cluster", ec.key())
-			return nil, nil
+			c.log.Debug("cluster is gone; nothing to do", "cluster", ec.key())
+			return nil, 0, nil
 		}
 		if err != nil {
-			return ec, fmt.Errorf("read %s again: %w", ec.key(), err)
+			return ec, 0, fmt.Errorf("read %s again: %w", ec.key(), err)
 		}
 		if ec, err = decodeCluster(b); err != nil {
-			return nil, fmt.Errorf("read %s again: %w", it.cluster.key(), err)
+			return nil, 0, fmt.Errorf("read %s again: %w", it.cluster.key(), err)
 		}
+	} else if settled(ec) {
+		return ec, 0, nil
 	}
-	return ec, c.reconcile(ctx, ec)
+	again, err := c.reconcile(ctx, ec)
+	return ec, again, err
 }
 
-// reconcile makes sure one EtcdCluster's objects exist. It is called for
-// every ADDED and MODIFIED event, so it must be cheap and harmless when
-// there is nothing to do.
-func (c *controller) reconcile(ctx context.Context, ec *EtcdCluster) error {
+// maxSteps bounds the steps of one pass; a pass that reaches it is
+// followed by another soon.
+const maxSteps = 8
+
+// reconcile is observe -> decide -> act, repeated while each step leads
+// straight to the next (a member removed, then its Pod, then its Service).
+// It writes the status only when it changed: a healthy cluster costs
+// nothing but the observation.
+func (c *controller) reconcile(ctx context.Context, ec *EtcdCluster) (time.Duration, error) {
 	log := c.log.With("cluster", ec.key())
-	st, gen := ec.status(), ec.Metadata.Generation
-
 	spec, err := parseSpec(ec.Spec)
+	in := input{Name: ec.Metadata.Name, Spec: spec, Prev: ec.status(), Gen: ec.Metadata.Generation,
+		Repo: c.image, Base: baseName(ec.Metadata.Name)}
 	if err != nil {
-		msg := err.Error()
-		if st.Phase == phaseFailed && st.Message == msg && st.ObservedGeneration == gen {
-			return nil // already reported
+		in.Invalid = err.Error()
+		st, _ := decide(in, observed{})
+		if st.Message != in.Prev.Message || in.Prev.Phase != phaseFailed || in.Prev.ObservedGeneration != in.Gen {
+			log.Error("invalid spec; nothing changed", "err", in.Invalid)
+			c.events.record(ec, eventWarning, reasonInvalidSpec, in.Invalid)
 		}
-		log.Error("invalid spec; nothing created", "err", msg)
-		c.events.record(ec, eventWarning, reasonInvalidSpec, msg)
-		return c.setStatus(ctx, ec, clusterStatus{Phase: phaseFailed, Message: msg, ObservedGeneration: gen})
+		return 0, c.writeStatus(ctx, ec, in.Prev, st)
 	}
-
-	if st.Phase == phaseCreated {
-		if st.ObservedGeneration == gen {
-			return nil // a replay after a restart, or our own status write
+	for range maxSteps {
+		obs, err := c.observe(ctx, ec, in.Base)
+		if err != nil {
+			return 0, err
 		}
-		reason, msg := reasonSpecChangeIgnored, "spec changed after creation; updating running members (spec.version included) is not supported yet"
-		if n := len(st.Members); n != spec.Size {
-			reason = reasonSizeChangeIgnored
-			msg = fmt.Sprintf("spec.size changed from %d to %d; resizing is not supported yet, the cluster keeps its %d members", n, spec.Size, n)
-		}
-		log.Warn("spec change ignored", "reason", reason, "message", msg)
-		c.events.record(ec, eventWarning, reason, msg)
-		return c.setStatus(ctx, ec, clusterStatus{Phase: phaseCreated, Message: msg, Members: st.Members, ObservedGeneration: gen})
-	}
-
-	// No "Creating" status first: on the happy path the objects exist a few
-	// milliseconds later, and the write would cost every cluster a request.
-	plan := newClusterPlan(ec, spec, c.image)
-	if err := c.createAll(ctx, log, ec, plan); err != nil {
-		if ctx.Err() == nil {
-			// Creating: a passing failure, retried. Failed: someone has to
-			// act (RBAC, a name taken), though it is retried all the same.
-			phase := phaseFailed
-			if transient(err) {
-				phase = phaseCreating
+		st, s := decide(in, obs)
+		if s.Action != actNone {
+			log.Info("step", "action", s.Action, "member", s.Member, "why", st.Message)
+			again, err := c.act(ctx, ec, in, obs, s)
+			if err != nil {
+				if ctx.Err() != nil {
+					return 0, err
+				}
+				st.Message = fmt.Sprintf("%s: %v (will retry)", st.Message, err)
+				if errors.Is(err, errNameTaken) || !transient(err) {
+					st.Phase = phaseFailed
+				}
+				log.Error("step failed; will retry", "action", s.Action, "member", s.Member, "err", err)
+				c.events.record(ec, eventWarning, reasonStepFailed, st.Message)
+				_ = c.writeStatus(ctx, ec, in.Prev, st)
+				return 0, err
 			}
-			log.Error("creating cluster failed; will retry", "phase", phase, "err", err)
-			c.events.record(ec, eventWarning, reasonCreateFailed, err.Error())
-			_ = c.setStatus(ctx, ec, clusterStatus{Phase: phase, Message: err.Error() + " (will retry)", ObservedGeneration: gen})
+			if s.EventReason != "" {
+				c.events.record(ec, s.EventType, s.EventReason, s.EventMessage)
+			}
+			if err := c.writeStatus(ctx, ec, in.Prev, st); err != nil {
+				return 0, err
+			}
+			in.Prev = st
+			if again > 0 {
+				return again, nil
+			}
+			continue
 		}
-		return err
+		if st.Phase != in.Prev.Phase {
+			log.Info("cluster is "+st.Phase, "ready", st.Ready, "message", st.Message)
+		}
+		// What the operator refuses or cannot help with is news for the
+		// user: once, when it starts.
+		p, _ := st.condition(condProgressing)
+		if old, _ := in.Prev.condition(condProgressing); warns(p.Reason) && (old.Reason != p.Reason || in.Prev.ObservedGeneration != in.Gen) {
+			log.Warn("cannot proceed", "reason", p.Reason, "message", st.Message)
+			c.events.record(ec, eventWarning, p.Reason, st.Message)
+		}
+		if err := c.writeStatus(ctx, ec, in.Prev, st); err != nil {
+			return 0, err
+		}
+		return s.Again, nil
 	}
-	msg := fmt.Sprintf("%d members created: %s; clients use Service %s", spec.Size, strings.Join(plan.Members, ", "), plan.ClientService)
-	if plan.Base != ec.Metadata.Name {
-		msg += fmt.Sprintf(" (object names shortened to %s-*, because the name is not a short DNS-1035 label)", plan.Base)
+	return pollAgain, nil
+}
+
+// warns reports the Progressing reasons that get a Warning Event.
+func warns(reason string) bool {
+	switch reason {
+	case "VersionRefused", "UpgradeStalled", "QuorumLost", "DataLost":
+		return true
 	}
-	if err := c.setStatus(ctx, ec, clusterStatus{Phase: phaseCreated, Message: msg, Members: plan.Members, ObservedGeneration: gen}); err != nil {
-		return err
+	return false
+}
+
+// writeStatus writes st if it says something prev did not.
+func (c *controller) writeStatus(ctx context.Context, ec *EtcdCluster, prev, st clusterStatus) error {
+	st.stampTransitions(time.Now())
+	if jsonEqual(prev, st) {
+		return nil
 	}
-	log.Info("cluster created", "members", len(plan.Members), "version", spec.Version)
-	c.events.record(ec, eventNormal, reasonClusterCreated, msg)
+	return c.setStatus(ctx, ec, st)
+}
+
+func jsonEqual(a, b any) bool { return string(mustJSON(a)) == string(mustJSON(b)) }
+
+// act takes one step. It returns how soon to look again when the step
+// waits on etcd (a learner not caught up yet), 0 to go on at once.
+func (c *controller) act(ctx context.Context, ec *EtcdCluster, in input, obs observed, s step) (time.Duration, error) {
+	log := c.log.With("cluster", ec.key())
+	plan := newClusterPlan(ec, in.Spec, c.image)
+	plan.Image = firstOf(s.Image, plan.Image)
+	ns := ec.Metadata.Namespace
+	member := func(path string, body any) error {
+		return c.etcd(ctx, ns, obs.Etcd.LeaderPod, path, body, nil)
+	}
+	switch s.Action {
+	case actBootstrap:
+		plan.Members = s.Members
+		return 0, c.createAll(ctx, log, ec, plan)
+	case actCreateClient:
+		_, err := c.create(ctx, log, plan, "services", plan.ClientService, plan.clientService())
+		return 0, err
+	case actAddMember:
+		err := member("/v3/cluster/member/add", map[string]any{"peerURLs": []string{fmt.Sprintf("http://%s:%d", s.Member, peerPort)}, "isLearner": true})
+		if etcdRefused(err, "already exists") {
+			return 0, nil // an earlier add went through: the next pass sees it
+		}
+		if err != nil {
+			return 0, fmt.Errorf("add member %s to etcd: %w", s.Member, err)
+		}
+		log.Info("member added to etcd as a learner", "member", s.Member)
+		return 0, nil
+	case actStartMember:
+		if _, err := c.create(ctx, log, plan, "services", s.Member, plan.memberService(s.Member)); err != nil {
+			return 0, err
+		}
+		created, err := c.create(ctx, log, plan, "pods", s.Member, plan.joiningPod(s.Member, s.InitialCluster))
+		if created {
+			c.events.record(ec, eventNormal, reasonMemberCreated, fmt.Sprintf("created member %s (Pod and Service %s), joining as a learner", s.Member, s.Member))
+		}
+		return 0, err
+	case actPromote:
+		err := member("/v3/cluster/member/promote", map[string]string{"ID": s.ID})
+		if etcdRefused(err, "in sync", "not ready", "not a learner") {
+			log.Info("learner not caught up yet; trying again", "member", s.Member)
+			return s.Again, nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("promote member %s: %w", s.Member, err)
+		}
+		log.Info("learner promoted to a voting member", "member", s.Member)
+		c.events.record(ec, eventNormal, reasonMemberPromoted, fmt.Sprintf("member %s promoted to a voting member", s.Member))
+		return 0, nil
+	case actRemoveMember:
+		err := member("/v3/cluster/member/remove", map[string]string{"ID": s.ID})
+		if etcdRefused(err, "member not found") {
+			return 0, nil // removed by an earlier pass
+		}
+		if err != nil {
+			return 0, fmt.Errorf("remove member %s from etcd: %w", s.Member, err)
+		}
+		log.Info("member removed from etcd", "member", s.Member)
+		return 0, nil
+	case actDeletePod, actDeleteSvc:
+		resource := map[string]string{actDeletePod: "pods", actDeleteSvc: "services"}[s.Action]
+		return 0, c.delete(ctx, log, ns, resource, s.Member)
+	case actUpgrade:
+		patch := mustJSON(map[string]any{"spec": map[string]any{"containers": []map[string]any{{"name": "etcd", "image": s.Image}}}})
+		path := "/api/v1/namespaces/" + url.PathEscape(ns) + "/pods/" + url.PathEscape(s.Member)
+		if _, err := c.client.do(ctx, http.MethodPatch, path, patch, "application/strategic-merge-patch+json"); err != nil {
+			return 0, fmt.Errorf("change image of pod %s: %w", s.Member, err)
+		}
+		log.Info("member image changed; the kubelet restarts it", "member", s.Member, "image", s.Image)
+		return 0, nil
+	}
+	return 0, fmt.Errorf("unknown step %q", s.Action)
+}
+
+// delete deletes one object; one already gone counts as deleted.
+func (c *controller) delete(ctx context.Context, log *slog.Logger, ns, resource, name string) error {
+	object := strings.TrimSuffix(resource, "s") + "/" + name
+	_, err := c.client.do(ctx, http.MethodDelete, "/api/v1/namespaces/"+url.PathEscape(ns)+"/"+resource+"/"+url.PathEscape(name), nil, "")
+	if err != nil && !isStatus(err, http.StatusNotFound) {
+		return fmt.Errorf("delete %s: %w", object, err)
+	}
+	log.Info("deleted", "object", object)
 	return nil
 }
 
@@ -364,7 +552,7 @@ type item struct {
 // arrive meanwhile are folded into the newest one. Failures are retried
 // after a per-cluster exponential delay, as client-go's workqueue does.
 type queue struct {
-	handle  func(context.Context, item) (*EtcdCluster, error)
+	handle  func(context.Context, item) (*EtcdCluster, time.Duration, error)
 	log     *slog.Logger
 	slots   chan struct{}
 	retries chan item
@@ -403,7 +591,7 @@ func (q *queue) alreadyHandled(ec *EtcdCluster) bool {
 	return ok && gen == ec.Metadata.Generation
 }
 
-func newQueue(workers int, handle func(context.Context, item) (*EtcdCluster, error), log *slog.Logger) *queue {
+func newQueue(workers int, handle func(context.Context, item) (*EtcdCluster, time.Duration, error), log *slog.Logger) *queue {
 	return &queue{
 		handle: handle, log: log,
 		slots:   make(chan struct{}, workers),
@@ -441,7 +629,7 @@ func (q *queue) add(ctx context.Context, it item) {
 func (q *queue) work(ctx context.Context, it item) {
 	k := it.cluster.key()
 	for {
-		ec, err := q.handle(ctx, it)
+		ec, again, err := q.handle(ctx, it)
 		q.mu.Lock()
 		if ec != nil {
 			q.handled[uidOf(ec)] = ec.Metadata.Generation
@@ -477,8 +665,12 @@ func (q *queue) work(ctx context.Context, it item) {
 			debug.FreeOSMemory()
 		}
 		if !ok {
-			if err != nil && ctx.Err() == nil {
+			switch {
+			case ctx.Err() != nil:
+			case err != nil:
 				q.retryLater(ctx, item{cluster: it.cluster, refresh: true}, failures)
+			case again > 0:
+				q.lookAgain(ctx, item{cluster: it.cluster, refresh: true}, again)
 			}
 			return
 		}
@@ -489,6 +681,11 @@ func (q *queue) work(ctx context.Context, it item) {
 func (q *queue) retryLater(ctx context.Context, it item, failures int) {
 	d := min(time.Second<<min(failures-1, 9), 5*time.Minute)
 	q.log.Info("retrying later", "cluster", it.cluster.key(), "in", d, "failures", failures)
+	q.lookAgain(ctx, it, d)
+}
+
+// lookAgain queues it again after d.
+func (q *queue) lookAgain(ctx context.Context, it item, d time.Duration) {
 	time.AfterFunc(d, func() {
 		select {
 		case q.retries <- it:

@@ -21,6 +21,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -145,7 +146,7 @@ func createdExample(t *testing.T) *fakeAPI {
 	f := newFakeAPI(t)
 	f.putCluster("default", "example", size(3))
 	startOperator(t, f)
-	waitPhase(f, "example", phaseCreated)
+	waitPhase(f, "example", phaseRunning)
 	return f
 }
 
@@ -154,7 +155,7 @@ func TestCreatesCluster(t *testing.T) {
 	ec := f.putCluster("default", "example", map[string]any{"size": 3, "version": "v3.6.16"})
 	uid := ec["metadata"].(map[string]any)["uid"].(string)
 	startOperator(t, f)
-	cluster := waitPhase(f, "example", phaseCreated)
+	cluster := waitPhase(f, "example", phaseRunning)
 
 	if got, want := f.objectNames("services"), []string{"example-0", "example-1", "example-2", "example-client"}; !slices.Equal(got, want) {
 		t.Errorf("services = %v, want %v", got, want)
@@ -166,7 +167,7 @@ func TestCreatesCluster(t *testing.T) {
 	// Every Service is created before any Pod.
 	var kinds []string
 	for _, r := range f.requestsSince(0) {
-		if r.Method == "POST" && !strings.HasSuffix(r.Path, "/events") {
+		if r.Method == "POST" && (strings.HasSuffix(r.Path, "/services") || strings.HasSuffix(r.Path, "/pods")) {
 			kinds = append(kinds, r.Path[strings.LastIndex(r.Path, "/")+1:])
 		}
 	}
@@ -203,6 +204,10 @@ func TestCreatesCluster(t *testing.T) {
 		if !jsonEqual(spec["ports"], wantPorts) {
 			t.Errorf("service %s ports = %v, want %v", m, spec["ports"], wantPorts)
 		}
+		// Peers must find each other before any member is ready.
+		if spec["publishNotReadyAddresses"] != true {
+			t.Errorf("service %s does not publish not-ready addresses", m)
+		}
 
 		pod := f.object("pods", "default", m)
 		checkMeta(pod, labels)
@@ -217,8 +222,11 @@ func TestCreatesCluster(t *testing.T) {
 		if c["image"] != "gcr.io/etcd-development/etcd:v3.6.16" {
 			t.Errorf("pod %s image = %v", m, c["image"])
 		}
-		if _, ok := c["readinessProbe"]; ok {
-			t.Errorf("pod %s has a readiness probe; it would deadlock bootstrap", m)
+		for probe, path := range map[string]string{"startupProbe": "/livez", "livenessProbe": "/livez", "readinessProbe": "/readyz"} {
+			p, _ := c[probe].(map[string]any)
+			if get, _ := p["httpGet"].(map[string]any); get["path"] != path || toInt(get["port"]) != 2379 {
+				t.Errorf("pod %s %s = %v, want GET %s on 2379", m, probe, p, path)
+			}
 		}
 		var cmd []string
 		for _, a := range c["command"].([]any) {
@@ -262,8 +270,14 @@ func TestCreatesCluster(t *testing.T) {
 	}
 
 	st := statusOf(cluster)
-	if want := []string{"example-0", "example-1", "example-2"}; !slices.Equal(st.Members, want) || st.ObservedGeneration != 1 {
-		t.Errorf("status = %+v, want members %v and observedGeneration 1", st, want)
+	var members []string
+	for _, m := range st.Members {
+		if m.Ready {
+			members = append(members, m.Name)
+		}
+	}
+	if want := []string{"example-0", "example-1", "example-2"}; !slices.Equal(members, want) || st.ObservedGeneration != 1 || st.Ready != "3/3" || st.ClusterID == "" {
+		t.Errorf("status = %+v, want ready members %v, READY 3/3, a cluster ID and observedGeneration 1", st, want)
 	}
 	var patches []string
 	for _, r := range f.requestsSince(0) {
@@ -276,7 +290,7 @@ func TestCreatesCluster(t *testing.T) {
 			patches = append(patches, p.Status.Phase)
 		}
 	}
-	if want := []string{phaseCreated}; !slices.Equal(patches, want) {
+	if want := []string{phaseCreating, phaseRunning}; !slices.Equal(patches, want) {
 		t.Errorf("status phases written = %v, want %v", patches, want)
 	}
 
@@ -310,7 +324,7 @@ func TestRestartCreatesNothing(t *testing.T) {
 			f := newFakeAPI(t)
 			f.putCluster("default", "example", size(3))
 			op := startOperator(t, f)
-			waitPhase(f, "example", phaseCreated)
+			waitPhase(f, "example", phaseRunning)
 			op.stop()
 			before := map[string]any{}
 			for _, r := range []string{"services", "pods"} {
@@ -328,9 +342,9 @@ func TestRestartCreatesNothing(t *testing.T) {
 			startOperator(t, f)
 			f.waitFor("the restarted operator to watch", func() bool { return len(f.streams) == 1 })
 			f.putCluster("default", "marker", size(1))
-			waitPhase(f, "marker", phaseCreated)
+			waitPhase(f, "marker", phaseRunning)
 			if tc.loseStatus {
-				waitPhase(f, "example", phaseCreated)
+				waitPhase(f, "example", phaseRunning)
 			}
 
 			reqs := mentioning(f.requestsSince(mark), "example")
@@ -362,16 +376,22 @@ func TestModifiedAndDeleted(t *testing.T) {
 		{name: "same spec (a label change)", change: func(f *fakeAPI) { f.putCluster("default", "example", size(3)) }},
 		{name: "deleted", change: func(f *fakeAPI) { f.deleteCluster("default", "example") }},
 		{
-			name:       "size changed",
-			change:     func(f *fakeAPI) { f.putCluster("default", "example", size(5)) },
-			wantReason: reasonSizeChangeIgnored,
-			wantMsg:    "spec.size changed from 3 to 5; resizing is not supported yet",
+			name:       "version downgraded",
+			change:     func(f *fakeAPI) { f.putCluster("default", "example", map[string]any{"size": 3, "version": "v3.5.21"}) },
+			wantReason: "VersionRefused",
+			wantMsg:    "spec.version v3.5.21 refused: the cluster runs 3.6.16, and downgrades are not supported",
 		},
 		{
-			name:       "version changed",
-			change:     func(f *fakeAPI) { f.putCluster("default", "example", map[string]any{"size": 3, "version": "v3.5.21"}) },
-			wantReason: reasonSpecChangeIgnored,
-			wantMsg:    "spec changed after creation",
+			name:       "version skips a minor",
+			change:     func(f *fakeAPI) { f.putCluster("default", "example", map[string]any{"size": 3, "version": "v3.8.0"}) },
+			wantReason: "VersionRefused",
+			wantMsg:    "spec.version v3.8.0 refused: etcd upgrades one minor version at a time, and the cluster runs 3.6.16; go to v3.7.x first",
+		},
+		{
+			name:       "version not a version",
+			change:     func(f *fakeAPI) { f.putCluster("default", "example", map[string]any{"size": 3, "version": "latest"}) },
+			wantReason: "VersionRefused",
+			wantMsg:    "spec.version latest refused: not a version",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -381,7 +401,7 @@ func TestModifiedAndDeleted(t *testing.T) {
 
 			tc.change(f)
 			f.putCluster("default", "marker", size(1))
-			waitPhase(f, "marker", phaseCreated)
+			waitPhase(f, "marker", phaseRunning)
 
 			if got := f.objectNames("pods"); !slices.Equal(got, []string{"example-0", "example-1", "example-2", "marker-0"}) {
 				t.Errorf("pods = %v, want the 3 members and the marker's", got)
@@ -402,8 +422,16 @@ func TestModifiedAndDeleted(t *testing.T) {
 				return
 			}
 			st := statusOf(f.cluster("default", "example"))
-			if st.Phase != phaseCreated || st.ObservedGeneration != 2 || !strings.Contains(st.Message, tc.wantMsg) {
-				t.Errorf("status = %+v, want Created, observedGeneration 2 and a message with %q", st, tc.wantMsg)
+			if st.Phase != phaseRunning || st.ObservedGeneration != 2 || !strings.Contains(st.Message, tc.wantMsg) {
+				t.Errorf("status = %+v, want Running, observedGeneration 2 and a message with %q", st, tc.wantMsg)
+			}
+			if p, _ := st.condition(condProgressing); p.Status != "False" || p.Reason != tc.wantReason {
+				t.Errorf("Progressing = %+v, want False with reason %s", p, tc.wantReason)
+			}
+			for _, r := range f.requestsSince(mark) {
+				if r.Method == "PATCH" && strings.Contains(r.Path, "/pods/") || r.Method == "DELETE" || regexp.MustCompile(`/member/(add|remove|promote)`).MatchString(r.Path) {
+					t.Errorf("a refused version touched the cluster: %s %s", r.Method, r.Path)
+				}
 			}
 			f.waitFor("a "+tc.wantReason+" event", func() bool {
 				return slices.ContainsFunc(f.events, func(ev map[string]any) bool { return ev["reason"] == tc.wantReason })
@@ -428,12 +456,12 @@ func TestLaggingWatchCausesNoRework(t *testing.T) {
 	startOperator(t, f)
 	f.waitFor("the watch", func() bool { return len(f.streams) == 1 })
 	f.putCluster("default", "example", size(3))
-	waitPhase(f, "example", phaseCreated)
+	waitPhase(f, "example", phaseRunning)
 	f.waitFor("the events of the creation", func() bool { return len(f.events) == 4 })
 	mark := f.requestCount()
 	f.catchUp()
 	f.putCluster("default", "marker", size(1))
-	waitPhase(f, "marker", phaseCreated)
+	waitPhase(f, "marker", phaseRunning)
 	if reqs := mentioning(f.requestsSince(mark), "example"); len(reqs) > 0 {
 		t.Errorf("stale events of a handled generation caused requests: %v", reqs)
 	}
@@ -461,7 +489,7 @@ func TestInvalidSpecs(t *testing.T) {
 	}
 	f.putCluster("default", "valid", size(1))
 	op := startOperator(t, f)
-	waitPhase(f, "valid", phaseCreated)
+	waitPhase(f, "valid", phaseRunning)
 
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -489,7 +517,7 @@ func TestInvalidSpecs(t *testing.T) {
 
 	// Fixing the spec is a new generation: the cluster is created then.
 	f.putCluster("default", "size-zero", size(1))
-	waitPhase(f, "size-zero", phaseCreated)
+	waitPhase(f, "size-zero", phaseRunning)
 }
 
 // A failed POST is reported with the API server's own message, the operator
@@ -533,8 +561,8 @@ func TestCreateErrorIsReportedAndRetried(t *testing.T) {
 			if want := fmt.Sprintf("%d %s: %s", tc.code, strings.ReplaceAll(http.StatusText(tc.code), " ", ""), tc.message); !strings.Contains(st.Message, want) {
 				t.Errorf("status.message = %q, want it to contain %q", st.Message, want)
 			}
-			f.waitFor("a CreateFailed event", func() bool {
-				return slices.ContainsFunc(f.events, func(ev map[string]any) bool { return ev["reason"] == reasonCreateFailed })
+			f.waitFor("a StepFailed event", func() bool {
+				return slices.ContainsFunc(f.events, func(ev map[string]any) bool { return ev["reason"] == reasonStepFailed })
 			})
 			if !strings.Contains(op.logs.String(), tc.wantLog) {
 				t.Error("the log does not carry the API server's message")
@@ -547,8 +575,8 @@ func TestCreateErrorIsReportedAndRetried(t *testing.T) {
 			mu.Lock()
 			refuse = false
 			mu.Unlock()
-			waitPhase(f, "example", phaseCreated)
-			waitPhase(f, "other", phaseCreated)
+			waitPhase(f, "example", phaseRunning)
+			waitPhase(f, "other", phaseRunning)
 			if got := f.objectNames("pods"); !slices.Equal(got, []string{"example-0", "other-0"}) {
 				t.Errorf("pods = %v", got)
 			}
@@ -577,13 +605,13 @@ func TestSlowClusterDoesNotBlockOthers(t *testing.T) {
 		f.putCluster("default", fmt.Sprintf("fast%d", i), size(1))
 	}
 	for i := range 5 {
-		waitPhase(f, fmt.Sprintf("fast%d", i), phaseCreated)
+		waitPhase(f, fmt.Sprintf("fast%d", i), phaseRunning)
 	}
 	if phaseOf(f.cluster("default", "slow")) != "" {
 		t.Error("slow finished while its requests hung")
 	}
 	close(release)
-	waitPhase(f, "slow", phaseCreated)
+	waitPhase(f, "slow", phaseRunning)
 }
 
 // A name already taken by an object the cluster does not own is not "done":
@@ -652,14 +680,14 @@ func TestWatchResumes(t *testing.T) {
 				return f.countLocked("GET", "/apis/coreos.com/v1/namespaces/default/etcdclusters") > watches && len(f.streams) == 1
 			})
 			f.putCluster("default", "after", size(1))
-			waitPhase(f, "after", phaseCreated)
+			waitPhase(f, "after", phaseRunning)
 
 			var lists, rewatch []string
 			for _, r := range f.requestsSince(0) {
 				if r.Method == "GET" && r.Query.Get("watch") == "" && strings.HasSuffix(r.Path, "/etcdclusters") {
 					lists = append(lists, r.Path)
 				}
-				if r.Query.Get("watch") != "" {
+				if r.Query.Get("watch") != "" && strings.HasSuffix(r.Path, "/etcdclusters") {
 					rewatch = append(rewatch, r.Query.Get("resourceVersion"))
 				}
 			}
@@ -672,7 +700,7 @@ func TestWatchResumes(t *testing.T) {
 			if got := f.objectNames("pods"); !slices.Equal(got, []string{"after-0", "example-0", "example-1", "example-2"}) {
 				t.Errorf("pods = %v", got)
 			}
-			if n := f.count("POST", "/api/v1/namespaces/default/pods"); n != 4 {
+			if n := f.countExact("POST", "/api/v1/namespaces/default/pods"); n != 4 {
 				t.Errorf("%d pod POSTs, want 4: nothing may be created twice", n)
 			}
 		})
@@ -722,7 +750,7 @@ func TestStalledWatchIsReplaced(t *testing.T) {
 			if tc.noAnswer {
 				var once sync.Once
 				f.fault = func(r request) (int, string, string) {
-					if r.Query.Get("watch") != "" {
+					if r.Query.Get("watch") != "" && strings.HasSuffix(r.Path, "/etcdclusters") {
 						once.Do(func() { <-r.Ctx.Done() }) // the first watch hangs
 					}
 					return 0, "", ""
@@ -732,7 +760,7 @@ func TestStalledWatchIsReplaced(t *testing.T) {
 			f.waitFor("a second watch after the first stalled", func() bool {
 				n := 0
 				for _, r := range f.requests {
-					if r.Query.Get("watch") != "" {
+					if r.Query.Get("watch") != "" && strings.HasSuffix(r.Path, "/etcdclusters") {
 						n++
 					}
 				}
@@ -742,7 +770,7 @@ func TestStalledWatchIsReplaced(t *testing.T) {
 				t.Error("no log line says the watch stalled")
 			}
 			f.putCluster("default", "example", size(1))
-			waitPhase(f, "example", phaseCreated)
+			waitPhase(f, "example", phaseRunning)
 		})
 	}
 }
@@ -755,7 +783,7 @@ func TestAllNamespaces(t *testing.T) {
 	f.putCluster("team-b", "db", size(1))
 	startOperator(t, f, "-namespace", "")
 	for _, ns := range []string{"team-a", "team-b"} {
-		f.waitFor(ns+"/db Created", func() bool { return phaseOf(f.clusters[ns+"/db"]) == phaseCreated })
+		f.waitFor(ns+"/db Created", func() bool { return phaseOf(f.clusters[ns+"/db"]) == phaseRunning })
 		if f.object("pods", ns, "db-0") == nil || f.object("services", ns, "db-client") == nil {
 			t.Errorf("no objects for %s/db in %s", ns, ns)
 		}
@@ -774,7 +802,7 @@ func TestListPages(t *testing.T) {
 	listRV := fmt.Sprint(f.rv)
 	startOperator(t, f, "-page-size", "2", "-workers", "4")
 	for i := range 5 {
-		waitPhase(f, fmt.Sprintf("c%d", i), phaseCreated)
+		waitPhase(f, fmt.Sprintf("c%d", i), phaseRunning)
 	}
 	var pages, watchRV []string
 	for _, r := range f.requestsSince(0) {
@@ -802,14 +830,14 @@ func TestShutdown(t *testing.T) {
 		wait  func(f *fakeAPI) bool
 	}{
 		{name: "watching", wait: func(f *fakeAPI) bool { return len(f.streams) == 1 }},
-		{name: "creating", block: "/pods", wait: func(f *fakeAPI) bool { return f.countLocked("POST", "/api/v1/namespaces/default/pods") == 1 }},
+		{name: "creating", block: "/pods", wait: func(f *fakeAPI) bool { return f.countExactLocked("POST", "/api/v1/namespaces/default/pods") == 1 }},
 		{name: "listing", block: "/etcdclusters", wait: func(f *fakeAPI) bool { return len(f.requests) == 1 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeAPI(t)
 			if tc.block != "" {
 				f.fault = func(r request) (int, string, string) {
-					if strings.HasSuffix(r.Path, tc.block) && r.Method != "PATCH" {
+					if strings.HasSuffix(r.Path, tc.block) && (r.Method == "POST" || tc.name == "listing") {
 						<-r.Ctx.Done()
 					}
 					return 0, "", ""
@@ -1115,10 +1143,10 @@ func TestListHints(t *testing.T) {
 			}
 			c := newClient(base, nil)
 			c.attempts = 1
-			w := &watcher{client: c, path: clustersPath("default"), pageSize: 10, log: slog.New(slog.DiscardHandler)}
-			_, err := w.list(context.Background(), make(chan event))
-			if err == nil || !strings.Contains(listHint(err), tc.want) {
-				t.Errorf("list error %v: hint %q, want one with %q", err, listHint(err), tc.want)
+			w := &watcher[*EtcdCluster]{client: c, path: clustersPath("default"), decode: clusterRV, pageSize: 10, log: slog.New(slog.DiscardHandler)}
+			_, err := w.list(context.Background(), make(chan event[*EtcdCluster]))
+			if hint := listHint("etcdclusters", err); err == nil || !strings.Contains(hint, tc.want) {
+				t.Errorf("list error %v: hint %q, want one with %q", err, hint, tc.want)
 			}
 		})
 	}

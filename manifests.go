@@ -178,7 +178,7 @@ func newClusterPlan(ec *EtcdCluster, spec clusterSpec, imageRepo string) cluster
 		namespace: ec.Metadata.Namespace,
 	}
 	for i := range spec.Size {
-		p.Members = append(p.Members, fmt.Sprintf("%s-%d", p.Base, i))
+		p.Members = append(p.Members, memberName(p.Base, i))
 	}
 	p.ClientService = p.Base + "-client"
 	return p
@@ -249,8 +249,11 @@ func (p clusterPlan) clientService() []byte {
 	})
 }
 
-// etcdCommand is the member's command line: etcd's static bootstrap.
-func (p clusterPlan) etcdCommand(member string) []string {
+// etcdCommand is the member's command line. A member of a new cluster
+// starts with state "new" and every member in --initial-cluster (etcd's
+// static bootstrap); one joining a running cluster with state "existing"
+// and the members etcd listed when it was added, itself included.
+func (p clusterPlan) etcdCommand(member, initialCluster, state string) []string {
 	return []string{
 		"/usr/local/bin/etcd",
 		"--name=" + member,
@@ -259,15 +262,35 @@ func (p clusterPlan) etcdCommand(member string) []string {
 		fmt.Sprintf("--listen-peer-urls=http://0.0.0.0:%d", peerPort),
 		fmt.Sprintf("--listen-client-urls=http://0.0.0.0:%d", clientPort),
 		fmt.Sprintf("--advertise-client-urls=http://%s:%d", member, clientPort),
-		"--initial-cluster=" + p.initialCluster(),
-		"--initial-cluster-state=new",
+		"--initial-cluster=" + initialCluster,
+		"--initial-cluster-state=" + state,
 		// The token keeps members of different clusters from joining each
 		// other by mistake; all members of one cluster must agree on it.
 		"--initial-cluster-token=" + p.Token,
 	}
 }
 
+// memberPod is a member of the new cluster, bootstrapped with the others.
 func (p clusterPlan) memberPod(member string) []byte {
+	return p.pod(member, p.initialCluster(), "new")
+}
+
+// joiningPod is a member added to a running cluster.
+func (p clusterPlan) joiningPod(member, initialCluster string) []byte {
+	return p.pod(member, initialCluster, "existing")
+}
+
+// probe checks one of etcd's HTTP health endpoints on the client port.
+func probe(path string, period, failures int) map[string]any {
+	return map[string]any{
+		"httpGet":          map[string]any{"path": path, "port": clientPort, "scheme": "HTTP"},
+		"periodSeconds":    period,
+		"timeoutSeconds":   5,
+		"failureThreshold": failures,
+	}
+}
+
+func (p clusterPlan) pod(member, initialCluster, state string) []byte {
 	return mustJSON(map[string]any{
 		"apiVersion": "v1",
 		"kind":       "Pod",
@@ -276,7 +299,7 @@ func (p clusterPlan) memberPod(member string) []byte {
 			// Always, not the 2016 demo's Never: a crashed etcd restarts in
 			// the same Pod with the same emptyDir, so it rejoins with its
 			// data. With Never the member would be lost for good, and this
-			// operator does not replace members yet.
+			// operator would have to replace the member.
 			"restartPolicy": "Always",
 			// Service links would put one set of variables per Service in
 			// the namespace into etcd's environment, where names starting
@@ -288,14 +311,26 @@ func (p clusterPlan) memberPod(member string) []byte {
 			"containers": []map[string]any{{
 				"name":    "etcd",
 				"image":   p.Image,
-				"command": p.etcdCommand(member),
+				"command": p.etcdCommand(member, initialCluster, state),
 				"ports": []map[string]any{
 					{"name": "client", "containerPort": clientPort, "protocol": "TCP"},
 					{"name": "peer", "containerPort": peerPort, "protocol": "TCP"},
 				},
 				"volumeMounts": []map[string]any{{"name": "data", "mountPath": "/var/lib/etcd"}},
-				// No readiness probe: a member is healthy only once a quorum
-				// exists, and a quorum needs the peers' addresses published.
+				// etcd 3.6's /livez fails only when the process itself is
+				// stuck (a local read); /readyz also needs a leader, a
+				// linearizable read and a voting member. The member
+				// Services publish not-ready addresses, so peers find each
+				// other before any is ready: a readiness probe no longer
+				// stops a cluster from forming, and it keeps the client
+				// Service to members that can serve.
+				//
+				// The startup probe gives a member 5 minutes to answer
+				// at all (etcd serves clients only once it has joined the
+				// cluster) before liveness checks may restart it.
+				"startupProbe":   probe("/livez", 2, 150),
+				"livenessProbe":  probe("/livez", 10, 6),
+				"readinessProbe": probe("/readyz", 2, 2),
 			}},
 			"volumes": []map[string]any{{"name": "data", "emptyDir": map[string]any{}}},
 		},

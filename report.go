@@ -29,13 +29,6 @@ import (
 	"time"
 )
 
-// Phases of an EtcdCluster, as its status reports them.
-const (
-	phaseCreating = "Creating" // not done yet; a passing error is being retried
-	phaseCreated  = "Created"  // every object exists
-	phaseFailed   = "Failed"   // someone has to act: the message says what
-)
-
 // Event types and reasons. A reason is a short CamelCase word that tools
 // filter on; the message says the rest.
 const (
@@ -46,23 +39,82 @@ const (
 	reasonMemberCreated     = "MemberCreated"
 	reasonInvalidSpec       = "InvalidSpec"
 	reasonCreateFailed      = "CreateFailed"
-	reasonSizeChangeIgnored = "SizeChangeIgnored"
-	reasonSpecChangeIgnored = "SpecChangeIgnored"
+	reasonMemberAdded       = "MemberAdded"
+	reasonMemberRemoved     = "MemberRemoved"
+	reasonMemberReplaced    = "MemberReplaced"
+	reasonMemberUpgraded    = "MemberUpgraded"
+	reasonMemberPromoted    = "MemberPromoted"
+	reasonStepFailed        = "StepFailed"
 )
 
-// clusterStatus is the EtcdCluster's status. No omitempty: in a JSON merge
-// patch an absent field keeps its old value, and null removes it.
+// clusterStatus is the EtcdCluster's status, by the API conventions: a
+// phase for people, conditions for tools (`kubectl wait
+// --for=condition=Available`), and observedGeneration to say which spec it
+// describes. No omitempty: in a JSON merge patch an absent field keeps its
+// old value, and null removes it.
 type clusterStatus struct {
-	Phase              string   `json:"phase"`
-	Message            string   `json:"message"`
-	Members            []string `json:"members"`
-	ObservedGeneration int64    `json:"observedGeneration"`
+	Phase          string         `json:"phase"`
+	Message        string         `json:"message"`
+	Ready          string         `json:"ready"` // "2/3", for the READY column
+	ReadyMembers   int            `json:"readyMembers"`
+	Members        []memberStatus `json:"members"`
+	ClusterID      string         `json:"clusterID"`
+	CurrentVersion string         `json:"currentVersion"`
+	Conditions     []condition    `json:"conditions"`
+	// ObservedGeneration is the metadata.generation this status describes.
+	ObservedGeneration int64 `json:"observedGeneration"`
+}
+
+type memberStatus struct {
+	Name    string `json:"name"`
+	ID      string `json:"id,omitempty"` // etcd's member ID, in hex as etcdctl prints it
+	Ready   bool   `json:"ready"`
+	Leader  bool   `json:"leader,omitempty"`
+	Learner bool   `json:"learner,omitempty"`
+	Version string `json:"version,omitempty"`
+}
+
+type condition struct {
+	Type               string `json:"type"`
+	Status             string `json:"status"` // True, False or Unknown
+	Reason             string `json:"reason"`
+	Message            string `json:"message"`
+	LastTransitionTime string `json:"lastTransitionTime"`
+	ObservedGeneration int64  `json:"observedGeneration"`
 }
 
 func (ec *EtcdCluster) status() clusterStatus {
 	var st clusterStatus
-	_ = json.Unmarshal(ec.Status, &st) // a missing or foreign status is an empty one
+	if json.Unmarshal(ec.Status, &st) != nil {
+		// A foreign status (an older operator's members: ["name"]) keeps
+		// what it can say.
+		var old struct {
+			Phase              string `json:"phase"`
+			ObservedGeneration int64  `json:"observedGeneration"`
+		}
+		_ = json.Unmarshal(ec.Status, &old)
+		return clusterStatus{Phase: old.Phase, ObservedGeneration: old.ObservedGeneration}
+	}
 	return st
+}
+
+// condition returns the condition of the given type, if present.
+func (st clusterStatus) condition(typ string) (condition, bool) {
+	for _, c := range st.Conditions {
+		if c.Type == typ {
+			return c, true
+		}
+	}
+	return condition{}, false
+}
+
+// stampTransitions sets lastTransitionTime on conditions that changed.
+func (st *clusterStatus) stampTransitions(now time.Time) {
+	for i := range st.Conditions {
+		if st.Conditions[i].LastTransitionTime == "" {
+			st.Conditions[i].LastTransitionTime = now.UTC().Format(time.RFC3339)
+		}
+	}
 }
 
 // setStatus writes the status subresource with a JSON merge patch, which

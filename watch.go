@@ -11,7 +11,11 @@
 // lists again. The 2016 demo did one watch with no list and no resume.
 //
 // The watcher only reads. Every object it sees goes into one channel, in
-// order, for the control loop in main.go to act on.
+// order, for the control loop in main.go to act on. The operator runs two:
+// one for the EtcdClusters users write, and one for the member Pods it made
+// (label-selected, so it never sees other Pods), which is how it notices
+// within seconds that a member died, restarted or turned unready, without
+// polling a single healthy cluster.
 package main
 
 import (
@@ -24,6 +28,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -50,10 +55,10 @@ type objectMeta struct {
 // key names a cluster in logs and in the control loop's bookkeeping.
 func (ec *EtcdCluster) key() string { return ec.Metadata.Namespace + "/" + ec.Metadata.Name }
 
-// event is what the watcher hands to the control loop.
-type event struct {
-	Type    string // ADDED, MODIFIED or DELETED
-	Cluster *EtcdCluster
+// event is what a watcher hands to the control loop.
+type event[T any] struct {
+	Type   string // ADDED, MODIFIED or DELETED
+	Object T
 }
 
 // watchEvent is one line of a watch stream.
@@ -68,14 +73,21 @@ var errExpired = errors.New("resourceVersion expired (410)")
 
 var errStalled = errors.New("watch stalled")
 
-type watcher struct {
+type watcher[T any] struct {
 	client *client
 	path   string // the collection, e.g. /apis/coreos.com/v1/namespaces/default/etcdclusters
+	// selector is a label selector: only matching objects are listed and
+	// watched (the API server filters; the operator holds nothing else).
+	selector string
+	// decode turns one object into T and returns its resourceVersion.
+	decode func(json.RawMessage) (T, string, error)
 	// stall bounds how long a watch may stay silent. The server is asked to
 	// end each watch well before that, so only a broken one reaches it.
 	stall    time.Duration
 	pageSize int
 	log      *slog.Logger
+	// listed, if set, is called after each complete list.
+	listed func()
 }
 
 func clustersPath(namespace string) string {
@@ -87,7 +99,7 @@ func clustersPath(namespace string) string {
 
 // run lists and watches until ctx ends, then closes events. It never gives
 // up: every failure is logged and retried after a capped, jittered backoff.
-func (w *watcher) run(ctx context.Context, events chan<- event) {
+func (w *watcher[T]) run(ctx context.Context, events chan<- event[T]) {
 	defer close(events)
 	retry := backoff{min: 500 * time.Millisecond, max: 30 * time.Second}
 	rv := ""
@@ -96,7 +108,7 @@ func (w *watcher) run(ctx context.Context, events chan<- event) {
 			var err error
 			if rv, err = w.list(ctx, events); err != nil {
 				if ctx.Err() == nil {
-					w.log.Error("list failed; retrying", "path", w.path, "err", err, "hint", listHint(err))
+					w.log.Error("list failed; retrying", "path", w.path, "err", err, "hint", listHint(w.resource(), err))
 					retry.wait(ctx)
 				}
 				continue
@@ -132,16 +144,19 @@ func (w *watcher) run(ctx context.Context, events chan<- event) {
 // list sends every EtcdCluster as an ADDED event and returns the
 // resourceVersion to watch from. It reads in pages so that memory stays
 // flat however many clusters there are.
-func (w *watcher) list(ctx context.Context, events chan<- event) (string, error) {
+func (w *watcher[T]) list(ctx context.Context, events chan<- event[T]) (string, error) {
 	cont := ""
 	for {
 		q := url.Values{"limit": {fmt.Sprint(w.pageSize)}}
+		if w.selector != "" {
+			q.Set("labelSelector", w.selector)
+		}
 		if cont != "" {
 			q.Set("continue", cont)
 		}
 		body, err := w.client.do(ctx, http.MethodGet, w.path+"?"+q.Encode(), nil, "")
 		if err != nil {
-			return "", fmt.Errorf("list etcdclusters: %w", err)
+			return "", fmt.Errorf("list %s: %w", w.resource(), err)
 		}
 		var page struct {
 			Metadata struct {
@@ -151,23 +166,26 @@ func (w *watcher) list(ctx context.Context, events chan<- event) (string, error)
 			Items []json.RawMessage `json:"items"`
 		}
 		if err := json.Unmarshal(body, &page); err != nil {
-			return "", fmt.Errorf("list etcdclusters: decode: %w", err)
+			return "", fmt.Errorf("list %s: decode: %w", w.resource(), err)
 		}
 		if page.Metadata.ResourceVersion == "" {
-			return "", errors.New("list etcdclusters: no metadata.resourceVersion in the answer")
+			return "", fmt.Errorf("list %s: no metadata.resourceVersion in the answer", w.resource())
 		}
 		for _, item := range page.Items {
-			ec, err := decodeCluster(item)
+			obj, _, err := w.decode(item)
 			if err != nil {
-				w.log.Error("skipping undecodable EtcdCluster", "object", excerpt(item), "err", err)
+				w.log.Error("skipping undecodable object", "path", w.path, "object", excerpt(item), "err", err)
 				continue
 			}
-			if !send(ctx, events, event{Type: "ADDED", Cluster: ec}) {
+			if !send(ctx, events, event[T]{Type: "ADDED", Object: obj}) {
 				return "", ctx.Err()
 			}
 		}
 		if page.Metadata.Continue == "" {
-			w.log.Info("listed etcdclusters", "path", w.path, "resourceVersion", page.Metadata.ResourceVersion)
+			w.log.Info("listed "+w.resource(), "path", w.path, "resourceVersion", page.Metadata.ResourceVersion)
+			if w.listed != nil {
+				w.listed()
+			}
 			return page.Metadata.ResourceVersion, nil
 		}
 		cont = page.Metadata.Continue
@@ -177,7 +195,7 @@ func (w *watcher) list(ctx context.Context, events chan<- event) (string, error)
 // watch streams events from rv until the stream ends. It returns the last
 // resourceVersion seen and how many events it read; on errExpired the caller
 // must list again.
-func (w *watcher) watch(ctx context.Context, rv string, events chan<- event) (string, int, error) {
+func (w *watcher[T]) watch(ctx context.Context, rv string, events chan<- event[T]) (string, int, error) {
 	// Ask the server to end the watch at a random point before the stall
 	// bound (spreading reconnects, as client-go does), so that a silent but
 	// healthy watch is never mistaken for a stalled one.
@@ -187,6 +205,9 @@ func (w *watcher) watch(ctx context.Context, rv string, events chan<- event) (st
 		"resourceVersion":     {rv},
 		"allowWatchBookmarks": {"true"},
 		"timeoutSeconds":      {fmt.Sprint(max(1, int(timeout.Seconds())))},
+	}
+	if w.selector != "" {
+		q.Set("labelSelector", w.selector)
 	}
 	// The stall timer runs from the request on (a server may never even
 	// answer), and every byte that arrives pushes it back. If it fires, it
@@ -204,11 +225,11 @@ func (w *watcher) watch(ctx context.Context, rv string, events chan<- event) (st
 		case errors.Is(context.Cause(streamCtx), errStalled):
 			return rv, 0, fmt.Errorf("no answer for %s: %w", w.stall, errStalled)
 		}
-		return rv, 0, fmt.Errorf("watch etcdclusters: %w", err)
+		return rv, 0, fmt.Errorf("watch %s: %w", w.resource(), err)
 	}
 	defer body.Close()
 	stall.Reset(w.stall)
-	rv, n, err := w.decode(ctx, &stallReader{r: body, timer: stall, d: w.stall}, rv, events)
+	rv, n, err := w.decodeStream(ctx, &stallReader{r: body, timer: stall, d: w.stall}, rv, events)
 	if errors.Is(context.Cause(streamCtx), errStalled) {
 		return rv, n, fmt.Errorf("no data for %s: %w", w.stall, errStalled)
 	}
@@ -220,7 +241,7 @@ func (w *watcher) watch(ctx context.Context, rv string, events chan<- event) (st
 // a decoder per event (as in 2016) loses data. A stream cut in the middle of
 // an event ends with an error, and the caller resumes from the last event
 // that arrived whole.
-func (w *watcher) decode(ctx context.Context, stream io.Reader, rv string, events chan<- event) (string, int, error) {
+func (w *watcher[T]) decodeStream(ctx context.Context, stream io.Reader, rv string, events chan<- event[T]) (string, int, error) {
 	dec := json.NewDecoder(stream)
 	n := 0
 	for {
@@ -238,15 +259,15 @@ func (w *watcher) decode(ctx context.Context, stream io.Reader, rv string, event
 		n++
 		switch we.Type {
 		case "ADDED", "MODIFIED", "DELETED":
-			ec, err := decodeCluster(we.Object)
+			obj, objRV, err := w.decode(we.Object)
 			if err != nil {
-				w.log.Error("skipping undecodable EtcdCluster", "event", we.Type, "object", excerpt(we.Object), "err", err)
+				w.log.Error("skipping undecodable object", "path", w.path, "event", we.Type, "object", excerpt(we.Object), "err", err)
 				continue
 			}
-			if ec.Metadata.ResourceVersion != "" {
-				rv = ec.Metadata.ResourceVersion
+			if objRV != "" {
+				rv = objRV
 			}
-			if !send(ctx, events, event{Type: we.Type, Cluster: ec}) {
+			if !send(ctx, events, event[T]{Type: we.Type, Object: obj}) {
 				return rv, n, ctx.Err()
 			}
 		case "BOOKMARK":
@@ -270,17 +291,20 @@ func (w *watcher) decode(ctx context.Context, stream io.Reader, rv string, event
 }
 
 // listHint says what a newcomer most likely has to do about a failed list.
-func listHint(err error) string {
+func listHint(resource string, err error) string {
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "nothing listens there: start kubectl proxy, or pass -master"
-	case isStatus(err, http.StatusNotFound):
+	case isStatus(err, http.StatusNotFound) && resource == "etcdclusters":
 		return "no EtcdCluster resource: kubectl apply -f examples/crd.yaml"
 	case isStatus(err, http.StatusForbidden):
-		return "not allowed to list etcdclusters: see the Role in examples/deploy.yaml"
+		return "not allowed to list " + resource + ": see the Role in examples/deploy.yaml"
 	}
 	return ""
 }
+
+// resource names the watched collection in messages: "etcdclusters", "pods".
+func (w *watcher[T]) resource() string { return w.path[strings.LastIndexByte(w.path, '/')+1:] }
 
 func decodeCluster(raw json.RawMessage) (*EtcdCluster, error) {
 	var ec EtcdCluster
@@ -293,7 +317,16 @@ func decodeCluster(raw json.RawMessage) (*EtcdCluster, error) {
 	return &ec, nil
 }
 
-func send(ctx context.Context, events chan<- event, ev event) bool {
+// clusterRV is the watcher's decode function for EtcdClusters.
+func clusterRV(raw json.RawMessage) (*EtcdCluster, string, error) {
+	ec, err := decodeCluster(raw)
+	if err != nil {
+		return nil, "", err
+	}
+	return ec, ec.Metadata.ResourceVersion, nil
+}
+
+func send[T any](ctx context.Context, events chan<- event[T], ev event[T]) bool {
 	select {
 	case events <- ev:
 		return true

@@ -1,0 +1,348 @@
+// A fake node and fake etcd for the unit tests: what a kubelet and etcd's v3
+// JSON gateway answer, kept to the behaviour the operator depends on. A Pod
+// the operator creates "runs" at once: its member starts if etcd's member
+// list has it (or bootstraps with its --initial-cluster), and the Pod is
+// Ready when its member is a started voter of a cluster with a leader, as
+// etcd's /readyz says. Membership changes need a quorum of running voters,
+// and etcd's refusals carry etcd's own words. The e2e tests check the same
+// against real etcd members on a real node.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+type fakeMember struct {
+	ID       uint64
+	Name     string // empty until started
+	PeerHost string
+	Learner  bool
+	Started  bool
+	// Lagging learners are refused promotion, as etcd refuses one that
+	// has not caught up.
+	Lagging bool
+}
+
+// fakeEtcd is one etcd cluster, keyed in the fake by namespace/base name.
+type fakeEtcd struct {
+	ClusterID uint64
+	Members   []*fakeMember
+	nextID    uint64
+}
+
+func (e *fakeEtcd) member(host string) *fakeMember {
+	for _, m := range e.Members {
+		if m.PeerHost == host {
+			return m
+		}
+	}
+	return nil
+}
+
+// fakeProc is the etcd process of one Pod.
+type fakeProc struct {
+	Down    bool   // killed; the kubelet has not restarted it yet
+	Version string // from the image tag
+	Removed bool   // its member was removed: etcd exits
+}
+
+// disableNode leaves the Pods the operator creates Pending, as with no
+// node to run them.
+func (f *fakeAPI) disableNode() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.node = false
+}
+
+func podKey(ns, name string) string { return ns + "/" + name }
+
+// leaderLocked is the leader's member, nil without a quorum of running voters.
+func (f *fakeAPI) leaderLocked(ns string, e *fakeEtcd) *fakeMember {
+	voters, up := 0, []*fakeMember{}
+	for _, m := range e.Members {
+		if m.Learner {
+			continue
+		}
+		voters++
+		if f.runningLocked(ns, m) {
+			up = append(up, m)
+		}
+	}
+	if voters == 0 || len(up) < voters/2+1 {
+		return nil
+	}
+	return up[0]
+}
+
+// runningLocked: the member's Pod exists and its etcd runs.
+func (f *fakeAPI) runningLocked(ns string, m *fakeMember) bool {
+	if !m.Started {
+		return false
+	}
+	p := f.procs[podKey(ns, m.PeerHost)]
+	return p != nil && !p.Down && !p.Removed && f.objects["pods/"+ns+"/"+m.PeerHost] != nil
+}
+
+// startPodLocked is the kubelet starting a Pod's etcd.
+func (f *fakeAPI) startPodLocked(ns string, pod map[string]any) {
+	meta := pod["metadata"].(map[string]any)
+	name := meta["name"].(string)
+	base := meta["labels"].(map[string]any)[labelCluster].(string)
+	c := pod["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+	image := c["image"].(string)
+	args := map[string]string{}
+	for _, a := range c["command"].([]any) {
+		if k, v, ok := strings.Cut(strings.TrimPrefix(a.(string), "--"), "="); ok {
+			args[k] = v
+		}
+	}
+	proc := &fakeProc{Version: strings.TrimPrefix(image[strings.LastIndex(image, ":")+1:], "v")}
+	f.procs[podKey(ns, name)] = proc
+	if strings.Contains(image, "no-such") {
+		proc.Down = true // the kubelet cannot pull it
+	}
+	key := ns + "/" + base
+	e := f.etcds[key]
+	if e == nil && args["initial-cluster-state"] == "new" {
+		f.uids++
+		e = &fakeEtcd{ClusterID: uint64(1000 + f.uids), nextID: 1}
+		for _, part := range strings.Split(args["initial-cluster"], ",") {
+			n, _, _ := strings.Cut(part, "=")
+			e.Members = append(e.Members, &fakeMember{ID: e.nextID * 11, Name: n, PeerHost: n})
+			e.nextID++
+		}
+		f.etcds[key] = e
+	}
+	if e == nil {
+		proc.Down = true // nothing to join: etcd exits
+	} else if m := e.member(name); m == nil {
+		proc.Removed = true
+	} else {
+		m.Started, m.Name = true, name
+	}
+	f.syncPodsLocked(ns, base)
+}
+
+// syncPodsLocked sets every member Pod's status from the etcd model and
+// tells the Pod watchers about the Pods that changed.
+func (f *fakeAPI) syncPodsLocked(ns, base string) {
+	e := f.etcds[ns+"/"+base]
+	for key, pod := range f.objects {
+		if !strings.HasPrefix(key, "pods/"+ns+"/") {
+			continue
+		}
+		meta := pod["metadata"].(map[string]any)
+		labels, _ := meta["labels"].(map[string]any)
+		if labels[labelCluster] != base {
+			continue
+		}
+		name := meta["name"].(string)
+		proc := f.procs[podKey(ns, name)]
+		ready := false
+		var waiting map[string]any
+		if e != nil && proc != nil {
+			if m := e.member(name); m != nil && !m.Learner && f.runningLocked(ns, m) && f.leaderLocked(ns, e) != nil {
+				ready = true
+			}
+		}
+		img := pod["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["image"].(string)
+		if strings.Contains(img, "no-such") {
+			waiting = map[string]any{"reason": "ImagePullBackOff", "message": "Back-off pulling image " + strconv.Quote(img)}
+		}
+		cs := map[string]any{"name": "etcd", "restartCount": 0, "ready": ready, "state": map[string]any{}}
+		if waiting != nil {
+			cs["state"] = map[string]any{"waiting": waiting}
+		}
+		status := map[string]any{
+			"phase": "Running", "podIP": "10.0.0.1",
+			"conditions":        []any{map[string]any{"type": "Ready", "status": map[bool]string{true: "True", false: "False"}[ready]}},
+			"containerStatuses": []any{cs},
+		}
+		if jsonEqual(pod["status"], status) {
+			continue
+		}
+		pod["status"] = status
+		meta["resourceVersion"] = f.nextRV()
+		f.emitPodLocked("MODIFIED", pod)
+	}
+}
+
+// emitPodLocked records a Pod event and writes it to every Pod watch.
+func (f *fakeAPI) emitPodLocked(typ string, pod map[string]any) {
+	ev := watchEvent{Type: typ, Object: mustJSON(pod)}
+	f.podHistory = append(f.podHistory, ev)
+	line := append(mustJSON(ev), '\n')
+	for _, s := range f.podStreams {
+		s <- line
+	}
+	f.notify()
+}
+
+// serveEtcdLocked answers a POST to /v3/... through a Pod's proxy.
+func (f *fakeAPI) serveEtcdLocked(w http.ResponseWriter, ns, podName, path, body string) {
+	pod := f.objects["pods/"+ns+"/"+podName]
+	proc := f.procs[podKey(ns, podName)]
+	if pod == nil {
+		writeStatus(w, 404, "NotFound", fmt.Sprintf("pods %q not found", podName))
+		return
+	}
+	base := pod["metadata"].(map[string]any)["labels"].(map[string]any)[labelCluster].(string)
+	e := f.etcds[ns+"/"+base]
+	if proc == nil || proc.Down || proc.Removed || e == nil || e.member(podName) == nil || !e.member(podName).Started {
+		writeStatus(w, 503, "ServiceUnavailable", fmt.Sprintf("error trying to reach service: dial tcp 10.0.0.1:%d: connect: connection refused", clientPort))
+		return
+	}
+	self := e.member(podName)
+	leader := f.leaderLocked(ns, e)
+	refuse := func(msg string) {
+		w.WriteHeader(http.StatusBadRequest)
+		w.Write(mustJSON(map[string]any{"error": msg, "code": 9, "message": msg}))
+	}
+	var req struct {
+		ID       string   `json:"ID"`
+		PeerURLs []string `json:"peerURLs"`
+		Learner  bool     `json:"isLearner"`
+	}
+	_ = json.Unmarshal([]byte(body), &req)
+	header := map[string]any{"cluster_id": fmt.Sprint(e.ClusterID), "member_id": fmt.Sprint(self.ID)}
+	list := func() []any {
+		var out []any
+		for _, m := range e.Members {
+			out = append(out, map[string]any{"ID": fmt.Sprint(m.ID), "name": m.Name, "peerURLs": []string{fmt.Sprintf("http://%s:%d", m.PeerHost, peerPort)}, "isLearner": m.Learner})
+		}
+		return out
+	}
+	if path != "/v3/maintenance/status" && leader == nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write(mustJSON(map[string]any{"error": "etcdserver: request timed out", "code": 14, "message": "etcdserver: request timed out"}))
+		return
+	}
+	switch path {
+	case "/v3/maintenance/status":
+		leaderID := "0"
+		if leader != nil {
+			leaderID = fmt.Sprint(leader.ID)
+		}
+		w.Write(mustJSON(map[string]any{"header": header, "version": proc.Version, "leader": leaderID, "isLearner": self.Learner}))
+	case "/v3/cluster/member/list":
+		w.Write(mustJSON(map[string]any{"header": header, "members": list()}))
+	case "/v3/cluster/member/add":
+		host := ""
+		if len(req.PeerURLs) == 1 {
+			if u, err := url.Parse(req.PeerURLs[0]); err == nil {
+				host = u.Hostname()
+			}
+		}
+		if e.member(host) != nil {
+			refuse("etcdserver: Peer URLs already exists")
+			return
+		}
+		m := &fakeMember{ID: e.nextID * 11, PeerHost: host, Learner: req.Learner}
+		e.nextID++
+		e.Members = append(e.Members, m)
+		f.etcdLog = append(f.etcdLog, "add "+host)
+		w.Write(mustJSON(map[string]any{"header": header, "member": map[string]any{"ID": fmt.Sprint(m.ID)}, "members": list()}))
+	case "/v3/cluster/member/promote", "/v3/cluster/member/remove":
+		id, _ := strconv.ParseUint(req.ID, 10, 64)
+		i := slices.IndexFunc(e.Members, func(m *fakeMember) bool { return m.ID == id })
+		if i < 0 {
+			refuse("etcdserver: member not found")
+			return
+		}
+		m := e.Members[i]
+		if path == "/v3/cluster/member/remove" {
+			e.Members = slices.Delete(e.Members, i, i+1)
+			if p := f.procs[podKey(ns, m.PeerHost)]; p != nil {
+				p.Removed = true
+			}
+			f.etcdLog = append(f.etcdLog, "remove "+m.PeerHost)
+		} else {
+			switch {
+			case !m.Learner:
+				refuse("etcdserver: can only promote a learner member")
+				return
+			case !f.runningLocked(ns, m) || m.Lagging:
+				refuse("etcdserver: can only promote a learner member which is in sync with leader")
+				return
+			}
+			m.Learner = false
+			f.etcdLog = append(f.etcdLog, "promote "+m.PeerHost)
+		}
+		w.Write(mustJSON(map[string]any{"header": header, "members": list()}))
+	default:
+		writeStatus(w, 404, "NotFound", "404 page not found")
+		return
+	}
+	f.syncPodsLocked(ns, base)
+}
+
+// killMember stops a member's etcd process, as a crash would; restart
+// brings it back in the same Pod, as the kubelet does.
+func (f *fakeAPI) killMember(ns, name string, down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.procs[podKey(ns, name)].Down = down
+	pod := f.objects["pods/"+ns+"/"+name]
+	f.syncPodsLocked(ns, pod["metadata"].(map[string]any)["labels"].(map[string]any)[labelCluster].(string))
+}
+
+// deletePod deletes a Pod as a user (or an eviction) would.
+func (f *fakeAPI) deletePod(ns, name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deletePodLocked(ns, name)
+}
+
+func (f *fakeAPI) deletePodLocked(ns, name string) {
+	pod := f.objects["pods/"+ns+"/"+name]
+	delete(f.objects, "pods/"+ns+"/"+name)
+	delete(f.procs, podKey(ns, name))
+	pod["metadata"].(map[string]any)["resourceVersion"] = f.nextRV()
+	f.emitPodLocked("DELETED", pod)
+	f.syncPodsLocked(ns, pod["metadata"].(map[string]any)["labels"].(map[string]any)[labelCluster].(string))
+}
+
+// etcdMembers describes a cluster's etcd members: "name" for a voter,
+// "name(learner)" and "(unstarted host)".
+func (f *fakeAPI) etcdMembers(ns, base string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	if e := f.etcds[ns+"/"+base]; e != nil {
+		for _, m := range e.Members {
+			s := m.Name
+			if !m.Started {
+				s = "(unstarted " + m.PeerHost + ")"
+			}
+			if m.Learner {
+				s += "(learner)"
+			}
+			out = append(out, s)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// matches applies a label selector of the forms the operator sends:
+// "key" and "key=value".
+func matches(obj map[string]any, selector string) bool {
+	if selector == "" {
+		return true
+	}
+	labels, _ := obj["metadata"].(map[string]any)["labels"].(map[string]any)
+	for _, term := range strings.Split(selector, ",") {
+		k, v, hasValue := strings.Cut(term, "=")
+		got, ok := labels[k]
+		if !ok || (hasValue && got != v) {
+			return false
+		}
+	}
+	return true
+}

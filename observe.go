@@ -1,0 +1,290 @@
+// Observe: what exists, from Kubernetes and from etcd itself.
+//
+// Kubernetes knows a member's Pod: scheduled or not, its container running,
+// restarted or stuck pulling an image, and Ready, which the readiness probe
+// on etcd's /readyz decides. Only etcd knows the rest: member IDs, the
+// leader, learners, versions, the cluster ID. The operator asks etcd through
+// its v3 JSON gateway (plain HTTP POSTs) sent to the API server's proxy
+// subresource of each member Pod:
+//
+//	POST /api/v1/namespaces/NS/pods/NAME:2379/proxy/v3/maintenance/status
+//
+// so that `go run .` against kubectl proxy and the in-cluster Deployment
+// reach etcd the same way: no cluster DNS, no Pod network, no new flag on the
+// operator's side, and RBAC (create on pods/proxy) says who may.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// etcdTimeout bounds each request to a member: a member that is down or
+// cut off must not hold up the pass that reports it.
+const etcdTimeout = 3 * time.Second
+
+// pod is the part of a core/v1 Pod the operator reads.
+type pod struct {
+	Metadata struct {
+		Name              string           `json:"name"`
+		Namespace         string           `json:"namespace"`
+		ResourceVersion   string           `json:"resourceVersion"`
+		DeletionTimestamp string           `json:"deletionTimestamp"`
+		OwnerReferences   []ownerReference `json:"ownerReferences"`
+	} `json:"metadata"`
+	Spec struct {
+		Containers []struct {
+			Name    string   `json:"name"`
+			Image   string   `json:"image"`
+			Command []string `json:"command"`
+		} `json:"containers"`
+	} `json:"spec"`
+	Status struct {
+		Phase      string `json:"phase"`
+		PodIP      string `json:"podIP"`
+		Conditions []struct {
+			Type   string `json:"type"`
+			Status string `json:"status"`
+		} `json:"conditions"`
+		ContainerStatuses []struct {
+			Name         string `json:"name"`
+			RestartCount int    `json:"restartCount"`
+			State        struct {
+				Waiting *struct {
+					Reason  string `json:"reason"`
+					Message string `json:"message"`
+				} `json:"waiting"`
+			} `json:"state"`
+		} `json:"containerStatuses"`
+	} `json:"status"`
+}
+
+func (p *pod) ready() bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == "Ready" {
+			return c.Status == "True"
+		}
+	}
+	return false
+}
+
+// owner is the name of the EtcdCluster that controls the Pod, if any.
+func (p *pod) owner() (name, uid string) {
+	for _, o := range p.Metadata.OwnerReferences {
+		if o.Controller && o.Kind == kind && strings.HasPrefix(o.APIVersion, group+"/") {
+			return o.Name, o.UID
+		}
+	}
+	return "", ""
+}
+
+func (p *pod) view() podView {
+	v := podView{Name: p.Metadata.Name, Phase: p.Status.Phase, Ready: p.ready(), Deleting: p.Metadata.DeletionTimestamp != ""}
+	for _, c := range p.Spec.Containers {
+		if c.Name == "etcd" {
+			v.Image = c.Image
+			for _, arg := range c.Command {
+				if s, ok := strings.CutPrefix(arg, "--initial-cluster="); ok {
+					v.InitialCluster = s
+				}
+				if s, ok := strings.CutPrefix(arg, "--initial-cluster-state="); ok {
+					v.State = s
+				}
+			}
+		}
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if c.Name == "etcd" {
+			v.Restarts = c.RestartCount
+			if w := c.State.Waiting; w != nil {
+				v.Waiting, v.WaitingMessage = w.Reason, w.Message
+			}
+		}
+	}
+	return v
+}
+
+// podEvent is what the Pod watcher passes on: which cluster a member Pod
+// belongs to and whether it is Ready. Nothing else of a Pod is kept.
+type podEvent struct {
+	Namespace, Name, Cluster string
+	Ready                    bool
+}
+
+func decodePodEvent(raw json.RawMessage) (podEvent, string, error) {
+	var p pod
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return podEvent{}, "", err
+	}
+	cluster, _ := p.owner()
+	return podEvent{Namespace: p.Metadata.Namespace, Name: p.Metadata.Name, Cluster: cluster, Ready: p.ready() && p.Metadata.DeletionTimestamp == ""}, p.Metadata.ResourceVersion, nil
+}
+
+func podsPath(namespace string) string {
+	if namespace == "" {
+		return "/api/v1/pods"
+	}
+	return "/api/v1/namespaces/" + url.PathEscape(namespace) + "/pods"
+}
+
+// observe reads a cluster's member Pods and Services and asks etcd about
+// its members. Failing to reach etcd is an observation, not an error.
+func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base string) (observed, error) {
+	var obs observed
+	ns := ec.Metadata.Namespace
+	sel := "?" + url.Values{"labelSelector": {labelCluster + "=" + base}}.Encode()
+	var pods struct{ Items []pod }
+	if err := c.getJSON(ctx, "/api/v1/namespaces/"+url.PathEscape(ns)+"/pods"+sel, &pods); err != nil {
+		return obs, fmt.Errorf("list pods of %s: %w", ec.key(), err)
+	}
+	var running []*pod
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		// A Pod of a deleted cluster of the same name may linger until the
+		// garbage collector removes it: only this cluster's own count.
+		if _, uid := p.owner(); uid != ec.Metadata.UID {
+			continue
+		}
+		obs.Pods = append(obs.Pods, p.view())
+		if p.Status.Phase == "Running" && p.Status.PodIP != "" && p.Metadata.DeletionTimestamp == "" {
+			running = append(running, p)
+		}
+	}
+	var svcs struct {
+		Items []struct {
+			Metadata struct {
+				Name            string           `json:"name"`
+				OwnerReferences []ownerReference `json:"ownerReferences"`
+			} `json:"metadata"`
+		}
+	}
+	if err := c.getJSON(ctx, "/api/v1/namespaces/"+url.PathEscape(ns)+"/services"+sel, &svcs); err != nil {
+		return obs, fmt.Errorf("list services of %s: %w", ec.key(), err)
+	}
+	for _, s := range svcs.Items {
+		for _, o := range s.Metadata.OwnerReferences {
+			if o.Controller && o.UID == ec.Metadata.UID {
+				obs.Services = append(obs.Services, s.Metadata.Name)
+			}
+		}
+	}
+	obs.Etcd = c.observeEtcd(ctx, ns, running)
+	return obs, nil
+}
+
+// memberStatusAnswer is etcd's answer to /v3/maintenance/status.
+type memberStatusAnswer struct {
+	Header struct {
+		ClusterID string `json:"cluster_id"`
+		MemberID  string `json:"member_id"`
+	} `json:"header"`
+	Version   string `json:"version"`
+	Leader    string `json:"leader"`
+	IsLearner bool   `json:"isLearner"`
+}
+
+type memberListAnswer struct {
+	Header struct {
+		ClusterID string `json:"cluster_id"`
+	} `json:"header"`
+	Members []struct {
+		ID        string   `json:"ID"`
+		Name      string   `json:"name"`
+		PeerURLs  []string `json:"peerURLs"`
+		IsLearner bool     `json:"isLearner"`
+	} `json:"members"`
+}
+
+// observeEtcd asks every running member for its status, then the leader
+// for the member list: the leader's list is current, a follower's may lag.
+func (c *controller) observeEtcd(ctx context.Context, ns string, running []*pod) etcdView {
+	var v etcdView
+	answers := map[string]memberStatusAnswer{} // by member ID
+	podOf := map[string]string{}               // member ID -> Pod name
+	for _, p := range running {
+		var a memberStatusAnswer
+		if err := c.etcd(ctx, ns, p.Metadata.Name, "/v3/maintenance/status", struct{}{}, &a); err != nil {
+			c.log.Debug("member did not answer", "pod", ns+"/"+p.Metadata.Name, "err", err)
+			continue
+		}
+		answers[a.Header.MemberID] = a
+		podOf[a.Header.MemberID] = p.Metadata.Name
+		v.ClusterID = firstOf(v.ClusterID, a.Header.ClusterID)
+		if a.Leader != "" && a.Leader != "0" && v.Leader == "" {
+			v.Leader = a.Leader
+		}
+	}
+	v.Answered = len(answers)
+	leaderPod, ok := podOf[v.Leader]
+	if !ok {
+		return v // no leader, or not one of ours that answered
+	}
+	var list memberListAnswer
+	if err := c.etcd(ctx, ns, leaderPod, "/v3/cluster/member/list", map[string]bool{"linearizable": true}, &list); err != nil {
+		c.log.Debug("leader did not list members", "pod", ns+"/"+leaderPod, "err", err)
+		v.Leader = ""
+		return v
+	}
+	v.LeaderPod = leaderPod
+	v.Members = []memberView{}
+	for _, m := range list.Members {
+		mv := memberView{ID: m.ID, Name: m.Name, Learner: m.IsLearner}
+		if len(m.PeerURLs) > 0 {
+			if u, err := url.Parse(m.PeerURLs[0]); err == nil {
+				mv.PeerHost = u.Hostname()
+			}
+		}
+		if a, ok := answers[m.ID]; ok {
+			mv.Answered, mv.Version = true, a.Version
+		}
+		v.Members = append(v.Members, mv)
+	}
+	return v
+}
+
+// etcd POSTs one request to a member's JSON gateway through the API
+// server's Pod proxy. One try, bounded: the next pass tries again.
+func (c *controller) etcd(ctx context.Context, ns, podName, path string, req, resp any) error {
+	ctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+	defer cancel()
+	p := "/api/v1/namespaces/" + url.PathEscape(ns) + "/pods/" + url.PathEscape(podName) + fmt.Sprintf(":%d/proxy", clientPort) + path
+	b, _, err := c.client.try(ctx, http.MethodPost, p, mustJSON(req), "application/json")
+	if err != nil {
+		return err
+	}
+	if resp != nil {
+		if err := json.Unmarshal(b, resp); err != nil {
+			return fmt.Errorf("POST %s: decode: %w", p, err)
+		}
+	}
+	return nil
+}
+
+func (c *controller) getJSON(ctx context.Context, path string, v any) error {
+	b, err := c.client.do(ctx, http.MethodGet, path, nil, "")
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// etcdRefused reports an answer in which etcd itself refused the request
+// (as opposed to not being reached), with etcd's words.
+func etcdRefused(err error, words ...string) bool {
+	var e *apiError
+	if !errors.As(err, &e) {
+		return false
+	}
+	for _, w := range words {
+		if strings.Contains(e.Message, w) {
+			return true
+		}
+	}
+	return false
+}
