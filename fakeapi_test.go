@@ -661,7 +661,6 @@ func clone(obj map[string]any) map[string]any {
 	return c
 }
 
-
 func toInt(v any) int {
 	switch v := v.(type) {
 	case int:

@@ -35,16 +35,16 @@ const (
 	eventNormal  = "Normal"
 	eventWarning = "Warning"
 
-	reasonClusterCreated    = "ClusterCreated"
-	reasonMemberCreated     = "MemberCreated"
-	reasonInvalidSpec       = "InvalidSpec"
-	reasonCreateFailed      = "CreateFailed"
-	reasonMemberAdded       = "MemberAdded"
-	reasonMemberRemoved     = "MemberRemoved"
-	reasonMemberReplaced    = "MemberReplaced"
-	reasonMemberUpgraded    = "MemberUpgraded"
-	reasonMemberPromoted    = "MemberPromoted"
-	reasonStepFailed        = "StepFailed"
+	reasonClusterCreated = "ClusterCreated"
+	reasonMemberCreated  = "MemberCreated"
+	reasonInvalidSpec    = "InvalidSpec"
+	reasonCreateFailed   = "CreateFailed"
+	reasonMemberAdded    = "MemberAdded"
+	reasonMemberRemoved  = "MemberRemoved"
+	reasonMemberReplaced = "MemberReplaced"
+	reasonMemberUpgraded = "MemberUpgraded"
+	reasonMemberPromoted = "MemberPromoted"
+	reasonStepFailed     = "StepFailed"
 )
 
 // clusterStatus is the EtcdCluster's status, by the API conventions: a
