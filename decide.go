@@ -512,6 +512,9 @@ func (d *decision) upgrade() step {
 		if d.healthy(m) && (m.Version == want || !isVersion(d.in.Spec.Version)) {
 			continue
 		}
+		if d.prevVersion(m.member()) == want {
+			continue // upgraded before, and down since: the kubelet's to restart
+		}
 		// Patched, not back yet. A kubelet that cannot run the image
 		// stops the rollout here; the rest of the cluster is untouched.
 		if stalled(p) {
@@ -550,6 +553,16 @@ func (d *decision) upgrade() step {
 	msg := fmt.Sprintf("upgrading member %s to %s (%d of %d done)", m.member(), d.in.Spec.Version, len(members)-len(todo), len(members))
 	return d.progress(phaseUpgrading, "Upgrading", msg, step{Action: actUpgrade, Member: m.member(), Image: target,
 		EventType: eventNormal, EventReason: reasonMemberUpgraded, EventMessage: fmt.Sprintf("member %s: image changed to %s; the kubelet restarts it with its data", m.member(), target)})
+}
+
+// prevVersion is the version the last status reported for a member.
+func (d *decision) prevVersion(name string) string {
+	for _, m := range d.in.Prev.Members {
+		if m.Name == name {
+			return m.Version
+		}
+	}
+	return ""
 }
 
 // stalled reports a container the kubelet cannot (re)start by itself soon.

@@ -42,12 +42,15 @@ type fakeAPI struct {
 	held     [][]byte      // events not yet sent while lagging
 	lagging  bool          // hold events back, as a slow watch does
 	// The fake node (fakeetcd_test.go): Pods run when node is set.
-	node       bool
-	procs      map[string]*fakeProc // ns/pod -> its etcd process
-	etcds      map[string]*fakeEtcd // ns/base -> etcd cluster
-	etcdLog    []string             // membership changes, in order
-	podHistory []watchEvent
-	podStreams []chan []byte
+	node    bool
+	procs   map[string]*fakeProc // ns/pod -> its etcd process
+	etcds   map[string]*fakeEtcd // ns/base -> etcd cluster
+	etcdLog []string             // membership changes, in order
+	// lagLearners keeps learners from catching up: etcd refuses to
+	// promote them.
+	lagLearners bool
+	podHistory  []watchEvent
+	podStreams  []chan []byte
 	// fault, when set, may answer a request instead of the fake: it returns
 	// the HTTP code (0: no fault), a Retry-After value and a Status message.
 	fault func(r request) (code int, retryAfter, message string)
@@ -309,7 +312,15 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 	fault := f.fault
 	f.mu.Unlock()
 	if fault != nil {
-		if code, retryAfter, msg := fault(req); code != 0 {
+		code, retryAfter, msg := fault(req)
+		if code == answerLost {
+			// Served, but the answer never reaches the client: a request
+			// that timed out and succeeded all the same.
+			f.serveRequest(httptest.NewRecorder(), r, req)
+			<-r.Context().Done()
+			return
+		}
+		if code != 0 {
 			if retryAfter != "" {
 				w.Header().Set("Retry-After", retryAfter)
 			}
@@ -317,6 +328,14 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	f.serveRequest(w, r, req)
+}
+
+// answerLost, returned by a fault as the code, serves the request and
+// never answers it.
+const answerLost = -1
+
+func (f *fakeAPI) serveRequest(w http.ResponseWriter, r *http.Request, req request) {
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 	podCollection := r.URL.Path == "/api/v1/pods" || (len(parts) == 5 && parts[4] == "pods")
 	switch {
@@ -542,7 +561,7 @@ func (f *fakeAPI) serveCore(w http.ResponseWriter, r *http.Request, req request,
 			// the same Pod, with the same data.
 			if p := f.procs[podKey(ns, rest[0])]; p != nil {
 				p.Version = strings.TrimPrefix(pc.Image[strings.LastIndex(pc.Image, ":")+1:], "v")
-				p.Down = strings.Contains(pc.Image, "no-such")
+				p.Down = unpullable(pc.Image)
 			}
 		}
 		obj["metadata"].(map[string]any)["resourceVersion"] = f.nextRV()

@@ -24,9 +24,6 @@ type fakeMember struct {
 	PeerHost string
 	Learner  bool
 	Started  bool
-	// Lagging learners are refused promotion, as etcd refuses one that
-	// has not caught up.
-	Lagging bool
 }
 
 // fakeEtcd is one etcd cluster, keyed in the fake by namespace/base name.
@@ -104,7 +101,7 @@ func (f *fakeAPI) startPodLocked(ns string, pod map[string]any) {
 	}
 	proc := &fakeProc{Version: strings.TrimPrefix(image[strings.LastIndex(image, ":")+1:], "v")}
 	f.procs[podKey(ns, name)] = proc
-	if strings.Contains(image, "no-such") {
+	if unpullable(image) {
 		proc.Down = true // the kubelet cannot pull it
 	}
 	key := ns + "/" + base
@@ -152,7 +149,7 @@ func (f *fakeAPI) syncPodsLocked(ns, base string) {
 			}
 		}
 		img := pod["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["image"].(string)
-		if strings.Contains(img, "no-such") {
+		if unpullable(img) {
 			waiting = map[string]any{"reason": "ImagePullBackOff", "message": "Back-off pulling image " + strconv.Quote(img)}
 		}
 		cs := map[string]any{"name": "etcd", "restartCount": 0, "ready": ready, "state": map[string]any{}}
@@ -267,7 +264,7 @@ func (f *fakeAPI) serveEtcdLocked(w http.ResponseWriter, ns, podName, path, body
 			case !m.Learner:
 				refuse("etcdserver: can only promote a learner member")
 				return
-			case !f.runningLocked(ns, m) || m.Lagging:
+			case !f.runningLocked(ns, m) || f.lagLearners:
 				refuse("etcdserver: can only promote a learner member which is in sync with leader")
 				return
 			}
@@ -329,6 +326,9 @@ func (f *fakeAPI) etcdMembers(ns, base string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// unpullable images: a tag no registry has.
+func unpullable(image string) bool { return strings.HasSuffix(image, ":v3.7.99") }
 
 // matches applies a label selector of the forms the operator sends:
 // "key" and "key=value".

@@ -121,12 +121,12 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	log.Info("etcd-operator starting", "apiServer", c.base, "namespace", printable(namespace), "workers", cfg.workers, "qps", cfg.qps)
 
 	clusters, pods := make(chan event[*EtcdCluster]), make(chan event[podEvent])
-	synced := make(chan struct{})
+	synced, podsSynced := make(chan struct{}), make(chan struct{})
 	cw := &watcher[*EtcdCluster]{client: c, path: clustersPath(namespace), decode: clusterRV,
 		stall: cfg.watchStall, pageSize: cfg.pageSize, log: log, listed: sync.OnceFunc(func() { close(synced) })}
 	// Only the operator's own Pods: the API server filters by label.
 	pw := &watcher[podEvent]{client: c, path: podsPath(namespace), selector: labelCluster, decode: decodePodEvent,
-		stall: cfg.watchStall, pageSize: cfg.pageSize, log: log}
+		stall: cfg.watchStall, pageSize: cfg.pageSize, log: log, listed: sync.OnceFunc(func() { close(podsSynced) })}
 	rec := newRecorder(c, log)
 	ctl := &controller{client: c, log: log, image: cfg.image, events: rec}
 
@@ -134,7 +134,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	wg.Go(func() { cw.run(ctx, clusters) })
 	wg.Go(func() { pw.run(ctx, pods) })
 	wg.Go(func() { rec.run(ctx) })
-	ctl.run(ctx, clusters, pods, synced, cfg.workers)
+	ctl.run(ctx, clusters, pods, synced, podsSynced, cfg.workers)
 	wg.Wait()
 	log.Info("etcd-operator stopped")
 	return nil
@@ -179,10 +179,13 @@ type controller struct {
 	image  string
 	events *recorder
 	// expect is, by cluster key, the member Pods its status lists and
-	// whether it calls them ready (" +name -name"): a Pod event that agrees
-	// costs nothing, one that disagrees costs one read of the cluster. A
-	// short string per cluster, not a cache of Pods.
+	// whether it calls them ready (" +name -name"); ready is, by Pod key,
+	// whether each member Pod is Ready. When the two disagree, the
+	// cluster is looked at (one read of it); when they agree, nothing is
+	// sent. A bit per Pod and a short string per cluster, not a cache of
+	// Pods or clusters.
 	expect map[string]string
+	ready  map[string]bool
 }
 
 // run is the control loop: it hands each event to the queue until the
@@ -190,14 +193,28 @@ type controller struct {
 // Pod events are read only once the first list of clusters is in (synced),
 // so that each Pod is compared with its cluster's status, as after a
 // restart, instead of sending every Pod's cluster to work.
-func (c *controller) run(ctx context.Context, clusters <-chan event[*EtcdCluster], pods <-chan event[podEvent], synced <-chan struct{}, workers int) {
+func (c *controller) run(ctx context.Context, clusters <-chan event[*EtcdCluster], pods <-chan event[podEvent], synced, podsSynced <-chan struct{}, workers int) {
 	q := newQueue(workers, c.handle, c.log)
-	c.expect = map[string]string{}
+	c.expect, c.ready = map[string]string{}, map[string]bool{}
 	var podsIn <-chan event[podEvent]
+	podsListed := false
 	for clusters != nil || podsIn != nil {
 		select {
 		case <-synced:
 			podsIn, synced = pods, nil
+		case <-podsSynced:
+			// Every member Pod that exists is known now: a cluster whose
+			// status calls a Pod ready that is not (or gone) is looked at.
+			podsListed, podsSynced = true, nil
+			for key, exp := range c.expect {
+				ns, name, _ := strings.Cut(key, "/")
+				for _, m := range strings.Fields(exp) {
+					if c.ready[ns+"/"+m[1:]] != (m[0] == '+') {
+						q.add(ctx, item{cluster: &EtcdCluster{Metadata: objectMeta{Namespace: ns, Name: name}}, refresh: true})
+						break
+					}
+				}
+			}
 		case ev, ok := <-clusters:
 			if !ok {
 				clusters = nil
@@ -206,8 +223,17 @@ func (c *controller) run(ctx context.Context, clusters <-chan event[*EtcdCluster
 			ec := ev.Object
 			switch ev.Type {
 			case "ADDED", "MODIFIED":
-				c.expect[ec.key()] = expectation(ec.status())
-				q.add(ctx, item{cluster: ec})
+				st := ec.status()
+				c.expect[ec.key()] = expectation(st)
+				// A status that needs no pass but disagrees with the Pods
+				// (a Pod changed while the status write was on its way)
+				// gets one.
+				refresh := false
+				for _, m := range st.Members {
+					ready, known := c.ready[ec.Metadata.Namespace+"/"+m.Name]
+					refresh = refresh || (podsListed || known) && ready != m.Ready
+				}
+				q.add(ctx, item{cluster: ec, refresh: refresh && settled(ec)})
 			case "DELETED":
 				// Nothing to do: every object carries an ownerReference to
 				// the EtcdCluster, and the garbage collector deletes them.
@@ -224,15 +250,29 @@ func (c *controller) run(ctx context.Context, clusters <-chan event[*EtcdCluster
 			if p.Cluster == "" {
 				continue
 			}
-			key := p.Namespace + "/" + p.Cluster
+			podKey := p.Namespace + "/" + p.Name
 			mark := "-"
-			if p.Ready && ev.Type != "DELETED" {
-				mark = "+"
+			if ev.Type == "DELETED" {
+				delete(c.ready, podKey)
+			} else {
+				c.ready[podKey] = p.Ready
+				if p.Ready {
+					mark = "+"
+				}
 			}
-			if strings.Contains(c.expect[key]+" ", " "+mark+p.Name+" ") {
+			// A Pod the status does not list counts as "not ready" there: a
+			// new Pod that is not ready yet tells nothing new (the pass
+			// that created it writes the status), and a burst of new
+			// clusters costs no pass per Pod.
+			exp := c.expect[p.Namespace+"/"+p.Cluster] + " "
+			listed := strings.Contains(exp, " +"+p.Name+" ") || strings.Contains(exp, " -"+p.Name+" ")
+			switch {
+			case ev.Type == "DELETED" && !listed:
+				continue
+			case ev.Type != "DELETED" && (strings.Contains(exp, " "+mark+p.Name+" ") || !listed && !p.Ready):
 				continue // as the status says
 			}
-			c.log.Debug("member Pod changed; looking at its cluster", "pod", p.Namespace+"/"+p.Name, "event", ev.Type, "ready", p.Ready)
+			c.log.Debug("member Pod changed; looking at its cluster", "pod", podKey, "event", ev.Type, "ready", p.Ready)
 			stub := &EtcdCluster{Metadata: objectMeta{Namespace: p.Namespace, Name: p.Cluster}}
 			q.add(ctx, item{cluster: stub, refresh: true})
 		case it := <-q.retries:

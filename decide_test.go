@@ -1,0 +1,607 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// world builds what a pass observes: member Pods and Services named
+// example-N, an etcd member for each, the first the leader.
+type world struct{ obs observed }
+
+const repo = "gcr.io/etcd-development/etcd"
+
+func newWorld(n int) *world {
+	w := &world{}
+	w.obs.ClientService = true
+	w.obs.Services = append(w.obs.Services, "example-client")
+	w.obs.Etcd = etcdView{ClusterID: "42", Leader: "1", LeaderPod: "example-0", Members: []memberView{}}
+	for i := range n {
+		w.add(i, "3.6.16")
+	}
+	return w
+}
+
+// add is a started, healthy voter example-i running version.
+func (w *world) add(i int, version string) *world {
+	name := fmt.Sprintf("example-%d", i)
+	w.obs.Pods = append(w.obs.Pods, podView{Name: name, Phase: "Running", Ready: true, Image: repo + ":v" + version, State: "new"})
+	w.obs.Services = append(w.obs.Services, name)
+	w.obs.Etcd.Members = append(w.obs.Etcd.Members, memberView{ID: fmt.Sprint(i + 1), Name: name, PeerHost: name, Answered: true, Version: version})
+	w.obs.Etcd.Answered++
+	return w
+}
+
+func (w *world) pod(name string) *podView {
+	for i := range w.obs.Pods {
+		if w.obs.Pods[i].Name == name {
+			return &w.obs.Pods[i]
+		}
+	}
+	return nil
+}
+
+func (w *world) member(name string) *memberView {
+	for i := range w.obs.Etcd.Members {
+		if w.obs.Etcd.Members[i].member() == name {
+			return &w.obs.Etcd.Members[i]
+		}
+	}
+	return nil
+}
+
+// down: the member's etcd is not running (its Pod stays).
+func (w *world) down(names ...string) *world {
+	for _, n := range names {
+		w.pod(n).Ready = false
+		w.member(n).Answered, w.member(n).Version = false, ""
+	}
+	return w
+}
+
+// noPod: the member's Pod is gone.
+func (w *world) noPod(names ...string) *world {
+	for _, n := range names {
+		w.member(n).Answered = false
+		for i, p := range w.obs.Pods {
+			if p.Name == n {
+				w.obs.Pods = append(w.obs.Pods[:i], w.obs.Pods[i+1:]...)
+				break
+			}
+		}
+	}
+	return w
+}
+
+// noQuorum: no member knows a leader, so nobody lists the members.
+func (w *world) noQuorum() *world {
+	w.obs.Etcd.Leader, w.obs.Etcd.LeaderPod, w.obs.Etcd.Members = "", "", nil
+	return w
+}
+
+func (w *world) do(f func(w *world)) *world { f(w); return w }
+
+func in(size int, version string) input {
+	return input{Name: "example", Base: "example", Repo: repo, Gen: 2,
+		Spec: clusterSpec{Size: size, Version: version},
+		Prev: clusterStatus{ClusterID: "42", CurrentVersion: "3.6.16", Members: []memberStatus{{Name: "example-0", Version: "3.6.16"}, {Name: "example-1", Version: "3.6.16"}, {Name: "example-2", Version: "3.6.16"}}}}
+}
+
+func TestDecide(t *testing.T) {
+	fresh := in(3, "v3.6.16")
+	fresh.Prev = clusterStatus{}
+	for _, tc := range []struct {
+		name   string
+		in     input
+		obs    observed
+		action string // the step's action; "" for none
+		member string // the member acted on
+		phase  string
+		ready  string
+		// conditions: Available, Progressing, Degraded as "TFT"; "" to skip
+		conds string
+		msg   string // a part of the status message
+	}{
+		{name: "new cluster", in: fresh, obs: observed{},
+			action: actBootstrap, phase: phaseCreating, ready: "0/3", conds: "FTF", msg: "creating 3 members: example-0, example-1, example-2"},
+		{name: "bootstrap keeps the size it started with", in: func() input { i := fresh; i.Spec.Size = 5; return i }(),
+			obs:    observed{Pods: []podView{{Name: "example-0", Phase: "Pending", State: "new", InitialCluster: "example-0=http://example-0:2380,example-1=http://example-1:2380,example-2=http://example-2:2380"}}},
+			action: actBootstrap, phase: phaseCreating, msg: "creating 3 members"},
+		{name: "bootstrapped, members not answering yet", in: fresh,
+			obs:   newWorld(3).do(func(w *world) { w.obs.Etcd = etcdView{} }).do(func(w *world) { w.pod("example-1").Ready = false }).obs,
+			phase: phaseCreating, conds: "FTF", msg: "waiting for the members to start and elect a leader: example-0 ready, example-1 Running"},
+		{name: "healthy", in: in(3, "v3.6.16"), obs: newWorld(3).obs,
+			phase: phaseRunning, ready: "3/3", conds: "TFF", msg: "3 members ready, running etcd 3.6.16"},
+		{name: "one member crashed: the kubelet restarts it", in: in(3, "v3.6.16"), obs: newWorld(3).down("example-2").obs,
+			phase: phaseDegraded, ready: "2/3", conds: "TFT", msg: "2 of 3 members ready; not ready: example-2 Running"},
+		{name: "quorum lost", in: in(3, "v3.6.16"), obs: newWorld(3).down("example-1", "example-2").noQuorum().obs,
+			phase: phaseUnavailable, conds: "FFT", msg: "quorum lost: 3 of 3 members running, 2 needed"},
+		{name: "quorum lost, two Pods gone", in: in(3, "v3.6.16"), obs: newWorld(3).noPod("example-1", "example-2").noQuorum().obs,
+			phase: phaseUnavailable, conds: "FFT", msg: "quorum lost: 1 of 3 members running, 2 needed (example-0 ready, example-1 has no Pod, example-2 has no Pod)"},
+		{name: "all members gone", in: in(3, "v3.6.16"), obs: newWorld(3).noPod("example-0", "example-1", "example-2").noQuorum().obs,
+			phase: phaseUnavailable, conds: "FFT", msg: "all 3 members are gone and their data with them"},
+		{name: "Pod deleted: its member is replaced", in: in(3, "v3.6.16"), obs: newWorld(3).noPod("example-1").obs,
+			action: actRemoveMember, member: "example-1", phase: phaseReplacing, conds: "TTT", msg: "replacing member example-1 (its Pod is gone)"},
+		{name: "Pod Failed: its member is replaced", in: in(3, "v3.6.16"), obs: newWorld(3).do(func(w *world) { w.pod("example-2").Phase = "Failed" }).down("example-2").obs,
+			action: actRemoveMember, member: "example-2", phase: phaseReplacing, msg: "its Pod is Failed"},
+		{name: "replaced member's Pod is deleted first", in: in(3, "v3.6.16"),
+			obs:    newWorld(3).do(func(w *world) { w.obs.Etcd.Members = w.obs.Etcd.Members[:2] }).obs,
+			action: actDeletePod, member: "example-2"},
+		{name: "then its Service", in: in(3, "v3.6.16"),
+			obs:    newWorld(3).noPod("example-2").do(func(w *world) { w.obs.Etcd.Members = w.obs.Etcd.Members[:2] }).obs,
+			action: actDeleteSvc, member: "example-2"},
+		{name: "one replacement at a time: add before removing the next", in: in(5, "v3.6.16"),
+			obs:    newWorld(5).noPod("example-3", "example-4").do(func(w *world) { w.obs.Etcd.Members = w.obs.Etcd.Members[:4] }).do(func(w *world) { w.obs.Services = w.obs.Services[:5] }).obs,
+			action: actAddMember, member: "example-4"},
+		{name: "a Pod being deleted is waited for", in: in(3, "v3.6.16"), obs: newWorld(3).do(func(w *world) { w.pod("example-1").Deleting = true }).obs,
+			phase: phaseDegraded, msg: "Pod example-1 is being deleted"},
+		{name: "scale up adds a learner", in: in(5, "v3.6.16"), obs: newWorld(3).obs,
+			action: actAddMember, member: "example-3", phase: phaseScaling, conds: "TTT", msg: "adding member example-3 as a learner (4 of 5 members)"},
+		{name: "scale up while a member is down still adds (a learner cannot cost quorum)", in: in(5, "v3.6.16"), obs: newWorld(3).down("example-2").obs,
+			action: actAddMember, member: "example-3"},
+		{name: "an added member with no Pod gets one", in: in(5, "v3.6.16"),
+			obs: newWorld(3).do(func(w *world) {
+				w.obs.Etcd.Members = append(w.obs.Etcd.Members, memberView{ID: "9", PeerHost: "example-3", Learner: true})
+			}).obs,
+			action: actStartMember, member: "example-3", msg: "starting member example-3"},
+		{name: "an added member no longer wanted is removed", in: in(3, "v3.6.16"),
+			obs: newWorld(3).do(func(w *world) {
+				w.obs.Etcd.Members = append(w.obs.Etcd.Members, memberView{ID: "9", PeerHost: "example-3", Learner: true})
+			}).obs,
+			action: actRemoveMember, member: "example-3", msg: "never started"},
+		{name: "a started learner is promoted", in: in(4, "v3.6.16"),
+			obs:    newWorld(4).do(func(w *world) { w.member("example-3").Learner = true; w.pod("example-3").Ready = false }).obs,
+			action: actPromote, member: "example-3", msg: "promoting learner example-3"},
+		{name: "a learner that does not answer is waited for", in: in(4, "v3.6.16"),
+			obs:   newWorld(4).do(func(w *world) { w.member("example-3").Learner = true }).down("example-3").obs,
+			phase: phaseScaling, msg: "waiting for learner example-3 to start"},
+		{name: "scale down removes the highest ordinal", in: in(3, "v3.6.16"), obs: newWorld(5).obs,
+			action: actRemoveMember, member: "example-4", phase: phaseScaling, msg: "removing member example-4 from etcd (4 of 3 members)"},
+		{name: "scale down removes an unready member first", in: in(3, "v3.6.16"), obs: newWorld(5).down("example-1").obs,
+			action: actRemoveMember, member: "example-1"},
+		{name: "scale down removes the leader last", in: in(1, "v3.6.16"),
+			obs:    newWorld(2).do(func(w *world) { w.obs.Etcd.Leader, w.obs.Etcd.LeaderPod = "2", "example-1" }).obs,
+			action: actRemoveMember, member: "example-0"},
+		{name: "upgrade starts with a follower", in: in(3, "v3.7.3"), obs: newWorld(3).obs,
+			action: actUpgrade, member: "example-1", phase: phaseUpgrading, msg: "upgrading member example-1 to v3.7.3 (0 of 3 done)"},
+		{name: "upgrade waits for the member to report the new version", in: in(3, "v3.7.3"),
+			obs:   newWorld(3).do(func(w *world) { w.pod("example-1").Image = repo + ":v3.7.3" }).obs,
+			phase: phaseUpgrading, msg: "waiting for member example-1 to come back and report 3.7.3 (1 of 3 done)"},
+		{name: "upgrade goes on once it does", in: in(3, "v3.7.3"),
+			obs:    newWorld(3).do(func(w *world) { w.pod("example-1").Image = repo + ":v3.7.3"; w.member("example-1").Version = "3.7.3" }).obs,
+			action: actUpgrade, member: "example-2"},
+		{name: "upgrade does the leader last", in: in(3, "v3.7.3"),
+			obs: newWorld(3).do(func(w *world) {
+				for _, n := range []string{"example-1", "example-2"} {
+					w.pod(n).Image = repo + ":v3.7.3"
+					w.member(n).Version = "3.7.3"
+				}
+			}).obs,
+			action: actUpgrade, member: "example-0", msg: "(2 of 3 done)"},
+		{name: "upgrade done", in: in(3, "v3.7.3"),
+			obs: newWorld(3).do(func(w *world) {
+				for i := range w.obs.Pods {
+					w.obs.Pods[i].Image = repo + ":v3.7.3"
+					w.obs.Etcd.Members[i].Version = "3.7.3"
+				}
+			}).obs,
+			phase: phaseRunning, conds: "TFF", msg: "running etcd 3.7.3"},
+		{name: "upgrade takes a member that is down first", in: in(3, "v3.7.3"), obs: newWorld(3).down("example-2").obs,
+			action: actUpgrade, member: "example-2"},
+		{name: "upgrade never takes a second member away", in: func() input {
+			i := in(3, "v3.7.3")
+			i.Prev.Members[2].Version = "3.7.3"
+			return i
+		}(),
+			obs:   newWorld(3).do(func(w *world) { w.pod("example-2").Image = repo + ":v3.7.3" }).down("example-2").obs,
+			phase: phaseDegraded, msg: "restarting member example-1 now could cost quorum"},
+		{name: "upgrade stops at a member the kubelet cannot start", in: in(3, "v3.7.9"),
+			obs: newWorld(3).do(func(w *world) {
+				p := w.pod("example-1")
+				p.Image, p.Waiting, p.WaitingMessage = repo+":v3.7.9", "ImagePullBackOff", "Back-off pulling image"
+			}).down("example-1").obs,
+			phase: phaseDegraded, conds: "TFT", msg: "upgrade stopped at member example-1: the kubelet says ImagePullBackOff: Back-off pulling image"},
+		{name: "setting the version back repairs that member first", in: in(3, "v3.6.16"),
+			obs: newWorld(3).do(func(w *world) {
+				p := w.pod("example-1")
+				p.Image, p.Waiting = repo+":v3.7.9", "ImagePullBackOff"
+			}).down("example-1").obs,
+			action: actUpgrade, member: "example-1"},
+		{name: "a skipped minor version is refused", in: in(3, "v3.8.0"), obs: newWorld(3).obs,
+			phase: phaseRunning, conds: "TFF", msg: "spec.version v3.8.0 refused: etcd upgrades one minor version at a time"},
+		{name: "a downgrade is refused", in: in(3, "v3.5.21"), obs: newWorld(3).obs,
+			phase: phaseRunning, msg: "downgrades are not supported"},
+		{name: "a tag that is not a version is refused", in: in(3, "latest"), obs: newWorld(3).obs,
+			phase: phaseRunning, msg: "spec.version latest refused: not a version"},
+		{name: "a patch downgrade within the minor is allowed", in: in(3, "v3.6.15"), obs: newWorld(3).obs,
+			action: actUpgrade, member: "example-1"},
+		{name: "resize before upgrade", in: in(5, "v3.7.3"), obs: newWorld(3).obs,
+			action: actAddMember, member: "example-3"},
+		{name: "client Service missing", in: in(3, "v3.6.16"), obs: newWorld(3).do(func(w *world) { w.obs.Services = w.obs.Services[1:] }).obs,
+			action: actCreateClient},
+		{name: "invalid spec", in: func() input { i := in(3, "v3.6.16"); i.Invalid = "spec.size is missing"; return i }(), obs: observed{},
+			phase: phaseFailed, msg: "spec.size is missing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, s := decide(tc.in, tc.obs)
+			if s.Action != tc.action || (tc.member != "" && s.Member != tc.member) {
+				t.Errorf("step = %s %s, want %s %s (status: %s)", s.Action, s.Member, tc.action, tc.member, st.Message)
+			}
+			if tc.phase != "" && st.Phase != tc.phase {
+				t.Errorf("phase = %s, want %s (%s)", st.Phase, tc.phase, st.Message)
+			}
+			if tc.ready != "" && st.Ready != tc.ready {
+				t.Errorf("ready = %s, want %s", st.Ready, tc.ready)
+			}
+			if !strings.Contains(st.Message, tc.msg) {
+				t.Errorf("message = %q, want it to contain %q", st.Message, tc.msg)
+			}
+			if tc.conds != "" {
+				var got string
+				for _, typ := range []string{condAvailable, condProgressing, condDegraded} {
+					c, _ := st.condition(typ)
+					got += c.Status[:1]
+				}
+				if got != tc.conds {
+					t.Errorf("conditions Available/Progressing/Degraded = %s, want %s: %+v", got, tc.conds, st.Conditions)
+				}
+			}
+			if st.ObservedGeneration != tc.in.Gen {
+				t.Errorf("observedGeneration = %d, want %d", st.ObservedGeneration, tc.in.Gen)
+			}
+		})
+	}
+}
+
+// A step that joins a member carries etcd's member list as
+// --initial-cluster, the new member included.
+func TestStartMemberInitialCluster(t *testing.T) {
+	w := newWorld(3)
+	w.obs.Etcd.Members = append(w.obs.Etcd.Members, memberView{ID: "9", PeerHost: "example-3", Learner: true})
+	_, s := decide(in(4, "v3.6.16"), w.obs)
+	want := "example-0=http://example-0:2380,example-1=http://example-1:2380,example-2=http://example-2:2380,example-3=http://example-3:2380"
+	if s.Action != actStartMember || s.InitialCluster != want || s.Image != repo+":v3.6.16" {
+		t.Errorf("step = %+v, want StartMember with --initial-cluster=%s", s, want)
+	}
+}
+
+// A condition keeps its lastTransitionTime while its status stays.
+func TestConditionTransitionTime(t *testing.T) {
+	i := in(3, "v3.6.16")
+	st, _ := decide(i, newWorld(3).obs)
+	for _, c := range st.Conditions {
+		if c.LastTransitionTime != "" {
+			t.Fatalf("decide stamped a time itself: %+v", c)
+		}
+	}
+	for j := range st.Conditions {
+		st.Conditions[j].LastTransitionTime = "2026-01-01T00:00:00Z"
+	}
+	i.Prev = st
+	again, _ := decide(i, newWorld(3).down("example-1").obs)
+	for _, c := range again.Conditions {
+		keep := c.Type == condAvailable || c.Type == condProgressing
+		if keep != (c.LastTransitionTime != "") {
+			t.Errorf("%s: lastTransitionTime %q; want it kept only while the status is unchanged", c.Type, c.LastTransitionTime)
+		}
+	}
+}
+
+// The same decisions, carried out by the operator against the fake API
+// server, fake kubelet and fake etcd (fakeetcd_test.go).
+
+// waitStatus waits until the cluster's status satisfies cond.
+func waitStatus(f *fakeAPI, name, what string, cond func(st clusterStatus) bool) clusterStatus {
+	f.t.Helper()
+	f.waitFor(name+": "+what, func() bool { return cond(statusOf(f.clusters["default/"+name])) })
+	return statusOf(f.cluster("default", name))
+}
+
+func running(size int) func(st clusterStatus) bool {
+	return func(st clusterStatus) bool {
+		return st.Phase == phaseRunning && st.Ready == fmt.Sprintf("%d/%d", size, size) && st.ObservedGeneration > 0
+	}
+}
+
+func membersOf(n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf("example-%d", i))
+	}
+	return out
+}
+
+func (f *fakeAPI) membershipLog() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.etcdLog...)
+}
+
+// Kubernetes' view and etcd's, in the status: a crashed member shows within
+// one Pod event, quorum loss is said plainly and changes nothing, and the
+// cluster recovers by itself when the members come back.
+func TestHealthIsReported(t *testing.T) {
+	f := newFakeAPI(t)
+	f.putCluster("default", "example", size(3))
+	startOperator(t, f)
+	st := waitStatus(f, "example", "Running 3/3", running(3))
+	if c, _ := st.condition(condAvailable); c.Status != "True" || st.ClusterID == "" || st.CurrentVersion != "3.6.16" {
+		t.Fatalf("status = %+v", st)
+	}
+	leaders := 0
+	for _, m := range st.Members {
+		if m.Leader {
+			leaders++
+		}
+		if m.ID == "" || m.Version != "3.6.16" || m.Learner {
+			t.Errorf("member status %+v", m)
+		}
+	}
+	if leaders != 1 {
+		t.Errorf("%d leaders in %+v", leaders, st.Members)
+	}
+
+	f.killMember("default", "example-2", true)
+	st = waitStatus(f, "example", "Degraded 2/3", func(st clusterStatus) bool { return st.Phase == phaseDegraded })
+	if c, _ := st.condition(condAvailable); c.Status != "True" || st.Ready != "2/3" {
+		t.Errorf("one member down: status = %+v", st)
+	}
+	f.killMember("default", "example-1", true)
+	st = waitStatus(f, "example", "Unavailable", func(st clusterStatus) bool { return st.Phase == phaseUnavailable })
+	if c, _ := st.condition(condAvailable); c.Status != "False" || c.Reason != "QuorumLost" || !strings.Contains(st.Message, "quorum lost: 3 of 3 members running, 2 needed") {
+		t.Errorf("two members down: status = %+v", st)
+	}
+	f.waitFor("a QuorumLost event", func() bool {
+		for _, ev := range f.events {
+			if ev["reason"] == "QuorumLost" {
+				return true
+			}
+		}
+		return false
+	})
+	f.killMember("default", "example-1", false)
+	f.killMember("default", "example-2", false)
+	waitStatus(f, "example", "Running 3/3 again", running(3))
+	if log := f.membershipLog(); len(log) > 0 {
+		t.Errorf("membership changed while members crashed and came back: %v", log)
+	}
+}
+
+// A deleted member Pod is replaced: removed from etcd, added again as a
+// learner under the same name, started with empty data, promoted.
+func TestDeletedMemberIsReplaced(t *testing.T) {
+	f := newFakeAPI(t)
+	f.putCluster("default", "example", size(3))
+	startOperator(t, f)
+	before := waitStatus(f, "example", "Running", running(3))
+	f.deletePod("default", "example-1")
+	st := waitStatus(f, "example", "Running after the replacement", func(st clusterStatus) bool {
+		return running(3)(st) && len(f.etcdLog) == 3
+	})
+	if want := []string{"remove example-1", "add example-1", "promote example-1"}; !slices.Equal(f.membershipLog(), want) {
+		t.Errorf("membership changes = %v, want %v", f.membershipLog(), want)
+	}
+	if st.ClusterID != before.ClusterID {
+		t.Errorf("cluster ID changed: %s -> %s", before.ClusterID, st.ClusterID)
+	}
+	if got := f.etcdMembers("default", "example"); !slices.Equal(got, membersOf(3)) {
+		t.Errorf("etcd members = %v", got)
+	}
+	cmd := f.object("pods", "default", "example-1")["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["command"]
+	if s := fmt.Sprint(cmd); !strings.Contains(s, "--initial-cluster-state=existing") {
+		t.Errorf("the new member's command = %s, want it to join the existing cluster", s)
+	}
+	f.waitFor("a MemberReplaced event", func() bool {
+		return slices.ContainsFunc(f.events, func(ev map[string]any) bool { return ev["reason"] == reasonMemberReplaced })
+	})
+}
+
+// 3 -> 5 -> 3 -> 1 -> 3, one member at a time, learners first.
+func TestResize(t *testing.T) {
+	f := newFakeAPI(t)
+	f.putCluster("default", "example", size(3))
+	startOperator(t, f)
+	waitStatus(f, "example", "Running", running(3))
+	id := statusOf(f.cluster("default", "example")).ClusterID
+	for _, n := range []int{5, 3, 1, 3} {
+		f.putCluster("default", "example", size(n))
+		st := waitStatus(f, "example", fmt.Sprintf("Running at size %d", n), func(st clusterStatus) bool {
+			return running(n)(st) && len(st.Members) == n
+		})
+		if got := f.etcdMembers("default", "example"); !slices.Equal(got, membersOf(n)) {
+			t.Errorf("size %d: etcd members = %v", n, got)
+		}
+		if got := f.objectNames("pods"); !slices.Equal(got, membersOf(n)) {
+			t.Errorf("size %d: pods = %v", n, got)
+		}
+		if got, want := f.objectNames("services"), append(membersOf(n), "example-client"); !slices.Equal(got, want) {
+			t.Errorf("size %d: services = %v, want %v", n, got, want)
+		}
+		if st.ClusterID != id {
+			t.Errorf("size %d: cluster ID %s, want %s", n, st.ClusterID, id)
+		}
+	}
+	want := []string{
+		"add example-3", "promote example-3", "add example-4", "promote example-4",
+		"remove example-4", "remove example-3",
+		"remove example-2", "remove example-1",
+		"add example-1", "promote example-1", "add example-2", "promote example-2",
+	}
+	if got := f.membershipLog(); !slices.Equal(got, want) {
+		t.Errorf("membership changes:\n%v\nwant\n%v", got, want)
+	}
+}
+
+// A size changed back while a learner has not caught up ends at the new
+// size without promoting it.
+func TestResizeChangedMidway(t *testing.T) {
+	f := newFakeAPI(t)
+	f.putCluster("default", "example", size(3))
+	startOperator(t, f)
+	waitStatus(f, "example", "Running", running(3))
+	f.mu.Lock()
+	f.lagLearners = true
+	f.mu.Unlock()
+	f.putCluster("default", "example", size(5))
+	waitStatus(f, "example", "promoting a learner", func(st clusterStatus) bool {
+		p, _ := st.condition(condProgressing)
+		return p.Reason == "PromotingLearner"
+	})
+	f.putCluster("default", "example", size(3))
+	waitStatus(f, "example", "Running at 3", func(st clusterStatus) bool { return running(3)(st) && st.ObservedGeneration == 3 })
+	if want := []string{"add example-3", "remove example-3"}; !slices.Equal(f.membershipLog(), want) {
+		t.Errorf("membership changes = %v, want %v", f.membershipLog(), want)
+	}
+	if got := f.objectNames("pods"); !slices.Equal(got, membersOf(3)) {
+		t.Errorf("pods = %v", got)
+	}
+}
+
+// A version change rolls one member at a time, the leader last; an image
+// the kubelet cannot pull stops after one member, and setting the version
+// back repairs it.
+func TestRollingUpgrade(t *testing.T) {
+	f := newFakeAPI(t)
+	f.putCluster("default", "example", size(3))
+	startOperator(t, f)
+	st := waitStatus(f, "example", "Running", running(3))
+	leader := ""
+	for _, m := range st.Members {
+		if m.Leader {
+			leader = m.Name
+		}
+	}
+	mark := f.requestCount()
+	f.putCluster("default", "example", map[string]any{"size": 3, "version": "v3.7.3"})
+	st = waitStatus(f, "example", "Running 3.7.3", func(st clusterStatus) bool { return running(3)(st) && st.CurrentVersion == "3.7.3" })
+	var order []string
+	for _, r := range f.requestsSince(mark) {
+		if r.Method == "PATCH" && strings.Contains(r.Path, "/pods/") {
+			order = append(order, r.Path[strings.LastIndex(r.Path, "/")+1:])
+		}
+	}
+	if len(order) != 3 || order[2] != leader {
+		t.Errorf("upgrade order = %v, want 3 members with the leader %s last", order, leader)
+	}
+	if len(f.membershipLog()) > 0 {
+		t.Errorf("an upgrade changed membership: %v", f.membershipLog())
+	}
+
+	mark = f.requestCount()
+	f.putCluster("default", "example", map[string]any{"size": 3, "version": "v3.7.99"})
+	st = waitStatus(f, "example", "stalled", func(st clusterStatus) bool {
+		p, _ := st.condition(condProgressing)
+		return p.Reason == "UpgradeStalled"
+	})
+	if !strings.Contains(st.Message, "ImagePullBackOff") || st.Phase != phaseDegraded {
+		t.Errorf("stalled upgrade: status = %+v", st)
+	}
+	if c, _ := st.condition(condAvailable); c.Status != "True" {
+		t.Errorf("a stalled upgrade left the cluster unavailable: %+v", c)
+	}
+	patched := 0
+	for _, r := range f.requestsSince(mark) {
+		if r.Method == "PATCH" && strings.Contains(r.Path, "/pods/") {
+			patched++
+		}
+	}
+	if patched != 1 {
+		t.Errorf("%d members patched to an image that cannot be pulled, want 1", patched)
+	}
+	f.putCluster("default", "example", map[string]any{"size": 3, "version": "v3.7.3"})
+	waitStatus(f, "example", "Running after the revert", func(st clusterStatus) bool { return running(3)(st) && st.ObservedGeneration == 4 })
+}
+
+// The operator may die, or lose its connection, between any two requests.
+// For each k, the k-th write of a resize 3->5 (or of a replacement) is
+// never answered (served or not) and the operator is stopped there; a new
+// operator must converge with no member added twice.
+func TestCrashAtEveryStep(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		start  func(f *fakeAPI)
+		size   int
+		served bool
+	}{
+		{name: "resize, request lost", start: func(f *fakeAPI) { f.putCluster("default", "example", size(5)) }, size: 5},
+		{name: "resize, answer lost", start: func(f *fakeAPI) { f.putCluster("default", "example", size(5)) }, size: 5, served: true},
+		{name: "replacement, answer lost", start: func(f *fakeAPI) { f.deletePod("default", "example-1") }, size: 3, served: true},
+		{name: "replacement, request lost", start: func(f *fakeAPI) { f.deletePod("default", "example-1") }, size: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k := 1; ; k++ {
+				f := newFakeAPI(t)
+				f.putCluster("default", "example", size(3))
+				op := startOperator(t, f)
+				waitStatus(f, "example", "Running", running(3))
+				var mu sync.Mutex
+				writes, hung := 0, make(chan struct{})
+				f.fault = func(r request) (int, string, string) {
+					if r.Method == "GET" || strings.HasSuffix(r.Path, "/events") || strings.HasSuffix(r.Path, "/status") ||
+						strings.HasSuffix(r.Path, "/maintenance/status") || strings.HasSuffix(r.Path, "/member/list") {
+						return 0, "", ""
+					}
+					mu.Lock()
+					writes++
+					n := writes
+					mu.Unlock()
+					if n != k {
+						return 0, "", ""
+					}
+					close(hung)
+					if tc.served {
+						return answerLost, "", ""
+					}
+					<-r.Ctx.Done()
+					return 0, "", ""
+				}
+				tc.start(f)
+				reached := false
+				f.waitFor("the operator to converge or to reach write "+fmt.Sprint(k), func() bool {
+					select {
+					case <-hung:
+						reached = true
+						return true
+					default:
+					}
+					return slices.Contains(f.etcdLog, "promote example-"+fmt.Sprint(tc.size-2)) &&
+						running(tc.size)(statusOf(f.clusters["default/example"])) && len(f.etcds["default/example"].Members) == tc.size &&
+						!slices.ContainsFunc(f.etcds["default/example"].Members, func(m *fakeMember) bool { return m.Learner })
+				})
+				op.stop()
+				if !reached {
+					if k < 4 {
+						t.Fatalf("only %d writes in the whole sequence", k-1)
+					}
+					t.Logf("cut the sequence at each of its %d writes", k-1)
+					return // every write of the sequence has been cut once
+				}
+				f.fault = nil
+				startOperator(t, f)
+				waitStatus(f, "example", "Running after the crash", func(st clusterStatus) bool {
+					return running(tc.size)(st) && len(st.Members) == tc.size && slices.Contains(f.etcdLog, "promote example-"+fmt.Sprint(tc.size-2))
+				})
+				if got := f.etcdMembers("default", "example"); !slices.Equal(got, membersOf(tc.size)) {
+					t.Fatalf("cut at write %d: etcd members = %v", k, got)
+				}
+				adds := map[string]int{}
+				for _, l := range f.membershipLog() {
+					if strings.HasPrefix(l, "add ") {
+						adds[l]++
+					}
+				}
+				for l, n := range adds {
+					if n > 1 {
+						t.Fatalf("cut at write %d: %q %d times: %v", k, l, n, f.membershipLog())
+					}
+				}
+				if k > 40 {
+					t.Fatal("no end to the writes")
+				}
+			}
+		})
+	}
+}
