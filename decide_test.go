@@ -539,7 +539,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 				waitStatus(f, "example", "Running", running(3))
 				var mu sync.Mutex
 				writes, hung := 0, make(chan struct{})
-				f.fault = func(r request) (int, string, string) {
+				f.setFault(func(r request) (int, string, string) {
 					if r.Method == "GET" || strings.HasSuffix(r.Path, "/events") || strings.HasSuffix(r.Path, "/status") ||
 						strings.HasSuffix(r.Path, "/maintenance/status") || strings.HasSuffix(r.Path, "/member/list") {
 						return 0, "", ""
@@ -557,7 +557,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 					}
 					<-r.Ctx.Done()
 					return 0, "", ""
-				}
+				})
 				tc.start(f)
 				reached := false
 				f.waitFor("the operator to converge or to reach write "+fmt.Sprint(k), func() bool {
@@ -579,7 +579,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 					t.Logf("cut the sequence at each of its %d writes", k-1)
 					return // every write of the sequence has been cut once
 				}
-				f.fault = nil
+				f.setFault(nil)
 				startOperator(t, f)
 				waitStatus(f, "example", "Running after the crash", func(st clusterStatus) bool {
 					return running(tc.size)(st) && len(st.Members) == tc.size && slices.Contains(f.etcdLog, "promote example-"+fmt.Sprint(tc.size-2))

@@ -139,6 +139,13 @@ func (f *fakeAPI) countLocked(method, pathPrefix string) int {
 	return n
 }
 
+// setFault sets f.fault while the operator runs.
+func (f *fakeAPI) setFault(fault func(r request) (int, string, string)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fault = fault
+}
+
 // countExact returns how many requests match method and path exactly.
 func (f *fakeAPI) countExact(method, path string) int {
 	f.mu.Lock()
