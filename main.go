@@ -356,24 +356,16 @@ func (c *controller) reconcile(ctx context.Context, ec *EtcdCluster) (time.Durat
 	for range maxSteps {
 		obs, err := c.observe(ctx, ec, in.Base)
 		if err != nil {
-			return 0, err
+			st := in.Prev
+			st.Message = "cannot look at the cluster"
+			return 0, c.failed(ctx, ec, in.Prev, st, "Observe", err)
 		}
 		st, s := decide(in, obs)
 		if s.Action != actNone {
 			log.Info("step", "action", s.Action, "member", s.Member, "why", st.Message)
 			again, err := c.act(ctx, ec, in, obs, s)
 			if err != nil {
-				if ctx.Err() != nil {
-					return 0, err
-				}
-				st.Message = fmt.Sprintf("%s: %v (will retry)", st.Message, err)
-				if errors.Is(err, errNameTaken) || !transient(err) {
-					st.Phase = phaseFailed
-				}
-				log.Error("step failed; will retry", "action", s.Action, "member", s.Member, "err", err)
-				c.events.record(ec, eventWarning, reasonStepFailed, st.Message)
-				_ = c.writeStatus(ctx, ec, in.Prev, st)
-				return 0, err
+				return 0, c.failed(ctx, ec, in.Prev, st, s.Action, err)
 			}
 			if s.EventReason != "" {
 				c.events.record(ec, s.EventType, s.EventReason, s.EventMessage)
@@ -403,6 +395,32 @@ func (c *controller) reconcile(ctx context.Context, ec *EtcdCluster) (time.Durat
 		return s.Again, nil
 	}
 	return pollAgain, nil
+}
+
+// failed reports a failed observation or step in the status, the log and
+// an Event, and returns err for the queue to retry with its backoff.
+// Failed: someone has to act (a 403, a name taken); otherwise the phase
+// stays and the message says what is retried.
+func (c *controller) failed(ctx context.Context, ec *EtcdCluster, prev, st clusterStatus, what string, err error) error {
+	if ctx.Err() != nil {
+		return err
+	}
+	st.Message = fmt.Sprintf("%s: %v (will retry)", st.Message, err)
+	if errors.Is(err, errNameTaken) || !transient(err) {
+		st.Phase = phaseFailed
+	}
+	for i, cond := range st.Conditions {
+		if cond.Type == condProgressing {
+			if cond.Status != "True" {
+				st.Conditions[i].LastTransitionTime = ""
+			}
+			st.Conditions[i].Status, st.Conditions[i].Reason, st.Conditions[i].Message = "True", reasonStepFailed, st.Message
+		}
+	}
+	c.log.Error(what+" failed; will retry", "cluster", ec.key(), "err", err)
+	c.events.record(ec, eventWarning, reasonStepFailed, st.Message)
+	_ = c.writeStatus(ctx, ec, prev, st)
+	return err
 }
 
 // warns reports the Progressing reasons that get a Warning Event.

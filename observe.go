@@ -140,6 +140,7 @@ func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base string) 
 	ns := ec.Metadata.Namespace
 	sel := "?" + url.Values{"labelSelector": {labelCluster + "=" + base}}.Encode()
 	var pods struct{ Items []pod }
+	var err error
 	if err := c.getJSON(ctx, "/api/v1/namespaces/"+url.PathEscape(ns)+"/pods"+sel, &pods); err != nil {
 		return obs, fmt.Errorf("list pods of %s: %w", ec.key(), err)
 	}
@@ -174,8 +175,8 @@ func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base string) 
 			}
 		}
 	}
-	obs.Etcd = c.observeEtcd(ctx, ns, running)
-	return obs, nil
+	obs.Etcd, err = c.observeEtcd(ctx, ns, running)
+	return obs, err
 }
 
 // memberStatusAnswer is etcd's answer to /v3/maintenance/status.
@@ -203,13 +204,18 @@ type memberListAnswer struct {
 
 // observeEtcd asks every running member for its status, then the leader
 // for the member list: the leader's list is current, a follower's may lag.
-func (c *controller) observeEtcd(ctx context.Context, ns string, running []*pod) etcdView {
+// A member that does not answer is an observation; the API server refusing
+// the operator the proxy (403) is an error that someone must fix.
+func (c *controller) observeEtcd(ctx context.Context, ns string, running []*pod) (etcdView, error) {
 	var v etcdView
 	answers := map[string]memberStatusAnswer{} // by member ID
 	podOf := map[string]string{}               // member ID -> Pod name
 	for _, p := range running {
 		var a memberStatusAnswer
 		if err := c.etcd(ctx, ns, p.Metadata.Name, "/v3/maintenance/status", struct{}{}, &a); err != nil {
+			if isStatus(err, http.StatusForbidden) || isStatus(err, http.StatusUnauthorized) {
+				return v, fmt.Errorf("ask etcd member %s: %w", p.Metadata.Name, err)
+			}
 			c.log.Debug("member did not answer", "pod", ns+"/"+p.Metadata.Name, "err", err)
 			continue
 		}
@@ -223,13 +229,13 @@ func (c *controller) observeEtcd(ctx context.Context, ns string, running []*pod)
 	v.Answered = len(answers)
 	leaderPod, ok := podOf[v.Leader]
 	if !ok {
-		return v // no leader, or not one of ours that answered
+		return v, nil // no leader, or not one of ours that answered
 	}
 	var list memberListAnswer
 	if err := c.etcd(ctx, ns, leaderPod, "/v3/cluster/member/list", map[string]bool{"linearizable": true}, &list); err != nil {
 		c.log.Debug("leader did not list members", "pod", ns+"/"+leaderPod, "err", err)
 		v.Leader = ""
-		return v
+		return v, nil
 	}
 	v.LeaderPod = leaderPod
 	v.Members = []memberView{}
@@ -245,7 +251,7 @@ func (c *controller) observeEtcd(ctx context.Context, ns string, running []*pod)
 		}
 		v.Members = append(v.Members, mv)
 	}
-	return v
+	return v, nil
 }
 
 // etcd POSTs one request to a member's JSON gateway through the API
