@@ -184,6 +184,25 @@ func (cp *ControlPlane) CreateNodeNamespace(ns string) error {
 	return cp.waitDefaultServiceAccount(ns)
 }
 
+// WaitPhase waits until the EtcdCluster ns/name reports phase in its
+// status, and returns the object. Every wait on a cluster's progress (the
+// tests, cmd/local) goes through here, so what "done" means is said once.
+func (cp *ControlPlane) WaitPhase(ns, name, phase string, timeout time.Duration) (map[string]any, error) {
+	var o map[string]any
+	err := Eventually(timeout, ns+"/"+name+" in phase "+phase, func() (bool, error) {
+		o = nil
+		if err := cp.Get("/apis/coreos.com/v1/namespaces/"+ns+"/etcdclusters/"+name, &o); err != nil {
+			return false, nil
+		}
+		st, _ := o["status"].(map[string]any)
+		return st["phase"] == phase, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w; last status: %v", err, o["status"])
+	}
+	return o, nil
+}
+
 // Node is the running node, or nil.
 func (cp *ControlPlane) Node() *Node { return cp.node }
 

@@ -1,12 +1,9 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/base64"
-	"encoding/json"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -121,16 +118,9 @@ func waitPhase(t *testing.T, name, phase string, timeout time.Duration) object {
 
 func waitPhaseIn(t *testing.T, ns, name, phase string, timeout time.Duration) object {
 	t.Helper()
-	var o object
-	err := Eventually(timeout, ns+"/"+name+" in phase "+phase, func() (bool, error) {
-		o = object{}
-		if err := cp.Get("/apis/coreos.com/v1/namespaces/"+ns+"/etcdclusters/"+name, &o); err != nil {
-			return false, nil
-		}
-		return o.status()["phase"] == phase, nil
-	})
+	o, err := cp.WaitPhase(ns, name, phase, timeout)
 	if err != nil {
-		t.Fatalf("%v; last status: %v", err, o.status())
+		t.Fatal(err)
 	}
 	return o
 }
@@ -243,33 +233,6 @@ func TestQuickStart(t *testing.T) {
 	})
 	if err != nil {
 		t.Errorf("%v; kubectl describe:\n%s", err, out)
-	}
-}
-
-// 2. A restarted operator creates nothing, deletes nothing, and (the status
-// saying Created) does not even touch the cluster.
-func TestOperatorRestart(t *testing.T) {
-	waitPhase(t, "example", "Created", 60*time.Second)
-	before := uids(t, "example")
-	cp.StopProcess("etcd-operator", 10*time.Second)
-	offset := logSize(t)
-	var err error
-	if operator, err = cp.StartOperator(operatorBin, "-log-level=debug"); err != nil {
-		t.Fatal(err)
-	}
-	apply(t, clusterYAML("restart-marker", 1))
-	waitPhase(t, "restart-marker", "Created", 60*time.Second)
-	if after := uids(t, "example"); fmt.Sprint(after) != fmt.Sprint(before) {
-		t.Errorf("objects changed across the restart:\nbefore %v\nafter  %v", before, after)
-	}
-	log := operatorLog(t, offset)
-	if !strings.Contains(log, "listed etcdclusters") {
-		t.Errorf("the restarted operator did not list:\n%s", log)
-	}
-	for _, line := range strings.Split(log, "\n") {
-		if strings.Contains(line, "cluster=default/example ") {
-			t.Errorf("the restarted operator acted on example: %s", line)
-		}
 	}
 }
 
@@ -399,80 +362,14 @@ func TestDeleteCluster(t *testing.T) {
 	}
 }
 
-// 4. The API server restarts under the operator: it watches again and
-// handles a cluster created afterwards; nothing is duplicated.
-func TestAPIServerRestart(t *testing.T) {
-	before := uids(t, "example")
-	restartAPIServer(t)
-	apply(t, clusterYAML("after-restart", 1))
-	waitPhase(t, "after-restart", "Created", 90*time.Second)
-	if after := uids(t, "example"); fmt.Sprint(after) != fmt.Sprint(before) {
-		t.Errorf("example's objects changed:\nbefore %v\nafter  %v", before, after)
-	}
-	if n := len(uids(t, "after-restart")); n != 3 {
-		t.Errorf("after-restart has %d objects, want 3", n)
-	}
-}
-
-func restartAPIServer(t *testing.T, flags ...string) {
-	t.Helper()
-	cp.StopProcess("kube-apiserver", 5*time.Second)
-	if err := cp.StartAPIServer(flags...); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// 5. The 410 path for real. With the watch cache off, the API server serves
-// watches from etcd, which refuses a revision older than its last
-// compaction. While kubectl proxy is down the operator cannot watch; a
-// cluster is created and etcd compacted meanwhile; when the proxy is back
-// the operator's resume position has expired: it must list again, create
-// the new cluster and nothing else.
-func TestExpiredResourceVersionRelists(t *testing.T) {
-	restartAPIServer(t, "--watch-cache=false")
-	defer restartAPIServer(t)
-	apply(t, clusterYAML("before-expiry", 1))
-	waitPhase(t, "before-expiry", "Created", 90*time.Second)
-	before := uids(t, "example")
-
-	offset := logSize(t)
-	cp.StopProcess("kubectl-proxy", 5*time.Second)
-	apply(t, clusterYAML("during-expiry", 1))
-	// Compacting at revision N keeps N: one more write, so that the
-	// revision right after the operator's position is gone too.
-	apply(t, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: expiry-marker\n")
-	compactEtcd(t)
-	if err := cp.StartProxy(); err != nil {
-		t.Fatal(err)
-	}
-	waitPhase(t, "during-expiry", "Created", 90*time.Second)
-	log := operatorLog(t, offset)
-	if !strings.Contains(log, "watch position expired; listing again") {
-		t.Errorf("the operator did not take the 410 path:\n%s", log)
-	}
-	if after := uids(t, "example"); fmt.Sprint(after) != fmt.Sprint(before) {
-		t.Errorf("example's objects changed:\nbefore %v\nafter  %v", before, after)
-	}
-	if n := len(uids(t, "during-expiry")); n != 3 {
-		t.Errorf("during-expiry has %d objects, want 3", n)
-	}
-}
-
 // compactEtcd compacts etcd's history up to its current revision, through
 // etcd's JSON gateway.
 func compactEtcd(t *testing.T) {
 	t.Helper()
 	post := func(path string, body any) map[string]any {
-		b, _ := json.Marshal(body)
-		resp, err := http.Post(cp.EtcdURL+path, "application/json", bytes.NewReader(b))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
 		var out map[string]any
-		_ = json.NewDecoder(resp.Body).Decode(&out)
-		if resp.StatusCode != 200 {
-			t.Fatalf("etcd %s: %d %v", path, resp.StatusCode, out)
+		if err := DoJSON(nil, "POST", cp.EtcdURL+path, body, 200, &out); err != nil {
+			t.Fatal(err)
 		}
 		return out
 	}
@@ -523,4 +420,195 @@ func nodeNamespace(t *testing.T, ns string) string {
 		}
 	})
 	return ns
+}
+
+// isolated is what the tests that restart things start from: a namespace
+// of their own, an operator of their own for it whose every request goes
+// through a counting proxy (the benchmark's), and a 3-member cluster "kept"
+// already Created, whose objects the restart must leave alone.
+type isolated struct {
+	ns      string
+	counter *counter
+	name    string // of the operator process
+}
+
+func newIsolated(t *testing.T, ns string) *isolated {
+	t.Helper()
+	if err := cp.CreateNamespace(ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = cp.Kubectl("", "delete", "namespace", ns, "--wait=false") })
+	c, err := newCounter(cp.ProxyURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.srv.Close() })
+	iso := &isolated{ns: ns, counter: c, name: "etcd-operator-" + ns}
+	iso.startOperator(t)
+	t.Cleanup(func() { cp.StopProcess(iso.name, 10*time.Second) })
+	apply(t, nsClusterYAML(ns, "kept", 3))
+	waitPhaseIn(t, ns, "kept", "Created", 60*time.Second)
+	return iso
+}
+
+func (iso *isolated) startOperator(t *testing.T) {
+	t.Helper()
+	if _, err := cp.StartProcess(iso.name, nil, operatorBin, "-master="+iso.counter.url, "-namespace="+iso.ns, "-log-level=debug"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// keptUIDs maps kind/name to uid for kept's objects; it fails unless all
+// seven are there, so that comparing two of them means something.
+func (iso *isolated) keptUIDs(t *testing.T) map[string]string {
+	t.Helper()
+	m := uidsIn(t, iso.ns, "kept")
+	if len(m) != 7 {
+		t.Fatalf("kept has %d objects, want 3 Pods and 4 Services: %v", len(m), m)
+	}
+	return m
+}
+
+// assertOnlyCreated checks the writes the operator sent since the counter
+// was reset: exactly the Pod and Services of one new 1-member cluster
+// (1 Pod, 2 Services), the status of that cluster, and Events; nothing for
+// kept, whose status already says Created.
+func (iso *isolated) assertOnlyCreated(t *testing.T, cluster string) {
+	t.Helper()
+	reqs, _ := iso.counter.snapshot()
+	var pods, svcs int
+	for _, r := range reqs {
+		method, path, _ := strings.Cut(r, " ")
+		path, _, _ = strings.Cut(path, "?")
+		switch {
+		case method == "GET":
+		case method == "POST" && strings.HasSuffix(path, "/pods"):
+			pods++
+		case method == "POST" && strings.HasSuffix(path, "/services"):
+			svcs++
+		case method == "POST" && strings.HasSuffix(path, "/events"):
+		case method == "PATCH" && strings.HasSuffix(path, "/etcdclusters/"+cluster+"/status"):
+		default:
+			t.Errorf("unexpected write: %s", r)
+		}
+	}
+	if pods != 1 || svcs != 2 {
+		t.Errorf("the operator POSTed %d Pods and %d Services, want 1 and 2 (those of %s): %v", pods, svcs, cluster, reqs)
+	}
+}
+
+func nsClusterYAML(ns, name string, size int) string {
+	return strings.Replace(clusterYAML(name, size), "metadata:\n", "metadata:\n  namespace: "+ns+"\n", 1)
+}
+
+func uidsIn(t *testing.T, ns, cluster string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	for _, r := range []string{"pods", "services"} {
+		for _, o := range listIn(t, ns, r, ofCluster(cluster)) {
+			m[r+"/"+o.name()] = o.uid()
+		}
+	}
+	return m
+}
+
+// 2. A restarted operator lists, creates nothing, deletes nothing, and
+// (the status saying Created) writes nothing for the existing cluster:
+// through the counting proxy, its only writes are those of a cluster
+// created after the restart.
+func TestOperatorRestart(t *testing.T) {
+	iso := newIsolated(t, "restart")
+	before := iso.keptUIDs(t)
+	cp.StopProcess(iso.name, 10*time.Second)
+	iso.counter.reset()
+	iso.startOperator(t)
+	apply(t, nsClusterYAML(iso.ns, "restart-marker", 1))
+	waitPhaseIn(t, iso.ns, "restart-marker", "Created", 60*time.Second)
+	if after := iso.keptUIDs(t); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("objects changed across the restart:\nbefore %v\nafter  %v", before, after)
+	}
+	reqs, _ := iso.counter.snapshot()
+	if !slices.ContainsFunc(reqs, func(r string) bool {
+		return strings.HasPrefix(r, "GET /apis/coreos.com/v1/namespaces/restart/etcdclusters?")
+	}) {
+		t.Errorf("the restarted operator did not list: %v", reqs)
+	}
+	iso.assertOnlyCreated(t, "restart-marker")
+}
+
+// 4. The API server restarts under the operator: it watches again and
+// handles a cluster created afterwards; nothing is duplicated.
+func TestAPIServerRestart(t *testing.T) {
+	iso := newIsolated(t, "apiserver-restart")
+	before := iso.keptUIDs(t)
+	restartAPIServer(t)
+	iso.counter.reset()
+	apply(t, nsClusterYAML(iso.ns, "after-restart", 1))
+	waitPhaseIn(t, iso.ns, "after-restart", "Created", 90*time.Second)
+	if after := iso.keptUIDs(t); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("kept's objects changed:\nbefore %v\nafter  %v", before, after)
+	}
+	if n := len(uidsIn(t, iso.ns, "after-restart")); n != 3 {
+		t.Errorf("after-restart has %d objects, want 3", n)
+	}
+	iso.assertOnlyCreated(t, "after-restart")
+}
+
+// restartAPIServer restarts kube-apiserver with flags; with flags, a
+// cleanup restarts it again without them, also when the test fails.
+func restartAPIServer(t *testing.T, flags ...string) {
+	t.Helper()
+	cp.StopProcess("kube-apiserver", 5*time.Second)
+	if len(flags) > 0 {
+		t.Cleanup(func() {
+			cp.StopProcess("kube-apiserver", 5*time.Second)
+			if err := cp.StartAPIServer(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	if err := cp.StartAPIServer(flags...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// 5. The 410 path for real. With the watch cache off, the API server serves
+// watches from etcd, which refuses a revision older than its last
+// compaction. While kubectl proxy is down the operator cannot watch; a
+// cluster is created and etcd compacted meanwhile; when the proxy is back
+// the operator's resume position has expired: it must list again, create
+// the new cluster and nothing else.
+func TestExpiredResourceVersionRelists(t *testing.T) {
+	restartAPIServer(t, "--watch-cache=false")
+	iso := newIsolated(t, "expiry")
+	before := iso.keptUIDs(t)
+
+	cp.StopProcess("kubectl-proxy", 5*time.Second)
+	t.Cleanup(func() {
+		if cp.exited("kubectl-proxy") {
+			if err := cp.StartProxy(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	iso.counter.reset()
+	apply(t, nsClusterYAML(iso.ns, "during-expiry", 1))
+	// Compacting at revision N keeps N: one more write, so that the
+	// revision right after the operator's position is gone too.
+	apply(t, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: expiry-marker\n  namespace: expiry\n")
+	compactEtcd(t)
+	if err := cp.StartProxy(); err != nil {
+		t.Fatal(err)
+	}
+	waitPhaseIn(t, iso.ns, "during-expiry", "Created", 90*time.Second)
+	if log := processLog(t, iso.name, 0); !strings.Contains(log, "watch position expired; listing again") {
+		t.Errorf("the operator did not take the 410 path:\n%s", log)
+	}
+	if after := iso.keptUIDs(t); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("kept's objects changed:\nbefore %v\nafter  %v", before, after)
+	}
+	if n := len(uidsIn(t, iso.ns, "during-expiry")); n != 3 {
+		t.Errorf("during-expiry has %d objects, want 3", n)
+	}
+	iso.assertOnlyCreated(t, "during-expiry")
 }

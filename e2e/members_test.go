@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -64,7 +61,7 @@ func TestMembersFormACluster(t *testing.T) {
 						ClientURLs []string `json:"clientURLs"`
 					}
 				}
-				if err := postJSON("http://"+cp.PodIP(ns, m)+":2379/v3/cluster/member/list", map[string]any{}, &list); err != nil {
+				if err := DoJSON(nil, "POST", "http://"+cp.PodIP(ns, m)+":2379/v3/cluster/member/list", map[string]any{}, 200, &list); err != nil {
 					t.Fatal(err)
 				}
 				ids[list.Header.ClusterID] = true
@@ -83,12 +80,12 @@ func TestMembersFormACluster(t *testing.T) {
 			// Written through the first member, read through the last
 			// member's ClusterIP Service (kube-proxy's rules, from the host).
 			key, value := b64("/e2e/"+tc.name), b64(time.Now().String())
-			if err := postJSON("http://"+cp.PodIP(ns, members[0])+":2379/v3/kv/put", map[string]any{"key": key, "value": value}, nil); err != nil {
+			if err := DoJSON(nil, "POST", "http://"+cp.PodIP(ns, members[0])+":2379/v3/kv/put", map[string]any{"key": key, "value": value}, 200, nil); err != nil {
 				t.Fatal(err)
 			}
 			last := members[len(members)-1]
 			var rng struct{ Kvs []struct{ Value string } }
-			if err := postJSON("http://"+clusterIP(t, ns, last)+":2379/v3/kv/range", map[string]any{"key": key}, &rng); err != nil {
+			if err := DoJSON(nil, "POST", "http://"+clusterIP(t, ns, last)+":2379/v3/kv/range", map[string]any{"key": key}, 200, &rng); err != nil {
 				t.Fatal(err)
 			}
 			if len(rng.Kvs) != 1 || rng.Kvs[0].Value != value {
@@ -135,7 +132,7 @@ func TestMembersFormACluster(t *testing.T) {
 		}
 		waitHealthy(t, ns, []string{"solo-0"})
 		var rng struct{ Kvs []struct{ Value string } }
-		if err := postJSON("http://"+cp.PodIP(ns, "solo-0")+":2379/v3/kv/range", map[string]any{"key": b64("/e2e/solo")}, &rng); err != nil {
+		if err := DoJSON(nil, "POST", "http://"+cp.PodIP(ns, "solo-0")+":2379/v3/kv/range", map[string]any{"key": b64("/e2e/solo")}, 200, &rng); err != nil {
 			t.Fatal(err)
 		}
 		if len(rng.Kvs) != 1 {
@@ -176,7 +173,7 @@ func waitHealthy(t *testing.T, ns string, members []string) {
 				return false, nil
 			}
 			var h struct{ Health string }
-			return getJSON("http://"+ip+":2379/health", &h) == nil && h.Health == "true", nil
+			return DoJSON(nil, "GET", "http://"+ip+":2379/health", nil, 200, &h) == nil && h.Health == "true", nil
 		})
 		if err != nil {
 			var pod object
@@ -213,30 +210,3 @@ func startNamespacedOperator(t *testing.T, ns string) {
 }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
-
-func getJSON(url string, v any) error {
-	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	return json.NewDecoder(resp.Body).Decode(v)
-}
-
-func postJSON(url string, body, v any) error {
-	b, _ := json.Marshal(body)
-	c := &http.Client{Timeout: 10 * time.Second}
-	resp, err := c.Post(url, "application/json", bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return fmt.Errorf("POST %s: %s", url, resp.Status)
-	}
-	if v == nil {
-		return nil
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
-}

@@ -156,10 +156,7 @@ func startExample(cp *e2e.ControlPlane, withNode bool, exampleFile string, say f
 	if _, err := cp.Kubectl("", "apply", "-f", exampleFile); err != nil {
 		return err
 	}
-	err = e2e.Eventually(60*time.Second, "example to be Created", func() (bool, error) {
-		out, err := cp.Kubectl("", "get", "etcdcluster", "example", "-o", "jsonpath={.status.phase}")
-		return out == "Created", err
-	})
+	_, err = cp.WaitPhase("default", "example", "Created", 60*time.Second)
 	if err != nil || !withNode {
 		return err
 	}
