@@ -13,13 +13,13 @@ import (
 	"time"
 )
 
-// The tests share one control plane and one operator, started as the
-// README's quick start does: CRD applied, kubectl proxy, operator at the
-// proxy. Each test uses clusters of its own names.
+// The tests share one control plane (CRD applied, kubectl proxy, as the
+// README's quick start has it) and, as root, the node. Each test works in a
+// namespace of its own with an operator of its own (withOperator), so the
+// tests stand alone and in any order.
 var (
 	cp          *ControlPlane
 	operatorBin string
-	operator    *Process
 	node        *Node // nil when not root
 )
 
@@ -39,10 +39,6 @@ func runTests(m *testing.M) int {
 	fmt.Printf("e2e: control plane ready in %s, builds included (API server %s, kubectl proxy %s)\n", time.Since(start).Round(time.Millisecond), cp.APIServerURL, cp.ProxyURL)
 	code := func() int {
 		if operatorBin, err = BuildOperator(cp.Dir); err != nil {
-			fmt.Println("e2e:", err)
-			return 1
-		}
-		if operator, err = cp.StartOperator(operatorBin, "-log-level=debug"); err != nil {
 			fmt.Println("e2e:", err)
 			return 1
 		}
@@ -84,12 +80,7 @@ func (o object) status() map[string]any {
 	return s
 }
 
-// list returns the objects of a core resource with a label selector.
-func list(t *testing.T, resource, selector string) []object {
-	t.Helper()
-	return listIn(t, "default", resource, selector)
-}
-
+// listIn returns the objects of a core resource in ns with a label selector.
 func listIn(t *testing.T, ns, resource, selector string) []object {
 	t.Helper()
 	var l struct{ Items []object }
@@ -110,12 +101,7 @@ func names(objs []object) []string {
 
 func ofCluster(name string) string { return "etcd.coreos.com/cluster%3D" + name }
 
-// waitPhase waits until the EtcdCluster's status reaches phase.
-func waitPhase(t *testing.T, name, phase string, timeout time.Duration) object {
-	t.Helper()
-	return waitPhaseIn(t, "default", name, phase, timeout)
-}
-
+// waitPhaseIn waits until the EtcdCluster's status reaches phase.
 func waitPhaseIn(t *testing.T, ns, name, phase string, timeout time.Duration) object {
 	t.Helper()
 	o, err := cp.WaitPhase(ns, name, phase, timeout)
@@ -136,12 +122,6 @@ func clusterYAML(name string, size int) string {
 	return fmt.Sprintf("apiVersion: coreos.com/v1\nkind: EtcdCluster\nmetadata:\n  name: %s\nspec:\n  size: %d\n---\n", name, size)
 }
 
-// operatorLog returns the operator's log from byte offset from on.
-func operatorLog(t *testing.T, from int) string {
-	t.Helper()
-	return processLog(t, "etcd-operator", from)
-}
-
 func processLog(t *testing.T, name string, from int) string {
 	t.Helper()
 	b, err := os.ReadFile(cp.LogPath(name))
@@ -151,31 +131,18 @@ func processLog(t *testing.T, name string, from int) string {
 	return string(b[min(from, len(b)):])
 }
 
-func logSize(t *testing.T) int { return len(operatorLog(t, 0)) }
-
-// uids maps "kind/name" to uid for every object of a cluster.
-func uids(t *testing.T, cluster string) map[string]string {
-	t.Helper()
-	m := map[string]string{}
-	for _, r := range []string{"pods", "services"} {
-		for _, o := range list(t, r, ofCluster(cluster)) {
-			m[r+"/"+o.name()] = o.uid()
-		}
-	}
-	return m
-}
-
 // 1. The README's quick start: the objects exist as the server stored them.
 func TestQuickStart(t *testing.T) {
-	if _, err := cp.Kubectl("", "apply", "-f", examplePath("etcd-cluster.yaml")); err != nil {
+	ns := withOperator(t, "quickstart").ns
+	if _, err := cp.Kubectl("", "apply", "-n", ns, "-f", examplePath("etcd-cluster.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	ec := waitPhase(t, "example", "Created", 60*time.Second)
+	ec := waitPhaseIn(t, ns, "example", "Created", 60*time.Second)
 	if got := ec.status()["members"]; fmt.Sprint(got) != "[example-0 example-1 example-2]" {
 		t.Errorf("status.members = %v", got)
 	}
-	pods := list(t, "pods", ofCluster("example"))
-	svcs := list(t, "services", ofCluster("example"))
+	pods := listIn(t, ns, "pods", ofCluster("example"))
+	svcs := listIn(t, ns, "services", ofCluster("example"))
 	if got := names(pods); !slices.Equal(got, []string{"example-0", "example-1", "example-2"}) {
 		t.Errorf("pods = %v", got)
 	}
@@ -220,7 +187,7 @@ func TestQuickStart(t *testing.T) {
 		}
 	}
 
-	out, err := cp.Kubectl("", "get", "etcdclusters")
+	out, err := cp.Kubectl("", "get", "-n", ns, "etcdclusters")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +195,7 @@ func TestQuickStart(t *testing.T) {
 		t.Errorf("kubectl get etcdclusters:\n%s", out)
 	}
 	err = Eventually(30*time.Second, "events about example", func() (bool, error) {
-		out, err = cp.Kubectl("", "describe", "etcdcluster", "example")
+		out, err = cp.Kubectl("", "describe", "-n", ns, "etcdcluster", "example")
 		return strings.Contains(out, "ClusterCreated") && strings.Contains(out, "MemberCreated"), err
 	})
 	if err != nil {
@@ -239,6 +206,7 @@ func TestQuickStart(t *testing.T) {
 // 6. The CRD's schema refuses what the operator could not use, with a
 // message that names the field; the operator never sees those objects.
 func TestSchemaRejectsInvalidClusters(t *testing.T) {
+	iso := withOperator(t, "schema")
 	for _, tc := range []struct {
 		name, spec, want string
 	}{
@@ -249,7 +217,7 @@ func TestSchemaRejectsInvalidClusters(t *testing.T) {
 		{"bad-version", "size: 1\n  version: \"3.6 latest\"", `spec.version in body should match`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			yaml := fmt.Sprintf("apiVersion: coreos.com/v1\nkind: EtcdCluster\nmetadata:\n  name: %s\nspec:\n  %s\n", tc.name, tc.spec)
+			yaml := fmt.Sprintf("apiVersion: coreos.com/v1\nkind: EtcdCluster\nmetadata:\n  name: %s\n  namespace: %s\nspec:\n  %s\n", tc.name, iso.ns, tc.spec)
 			out, err := cp.Kubectl(yaml, "apply", "-f", "-")
 			if err == nil {
 				t.Fatalf("kubectl apply accepted it:\n%s", out)
@@ -259,10 +227,10 @@ func TestSchemaRejectsInvalidClusters(t *testing.T) {
 			}
 		})
 	}
-	apply(t, clusterYAML("schema-marker", 1))
-	waitPhase(t, "schema-marker", "Created", 60*time.Second)
+	apply(t, nsClusterYAML(iso.ns, "schema-marker", 1))
+	waitPhaseIn(t, iso.ns, "schema-marker", "Created", 60*time.Second)
 	select {
-	case <-operator.Done():
+	case <-iso.proc.Done():
 		t.Error("the operator exited")
 	default:
 	}
@@ -272,18 +240,19 @@ func TestSchemaRejectsInvalidClusters(t *testing.T) {
 // the real API server accepts (Service names are DNS-1035 labels of at most
 // 63 characters), and Events about it.
 func TestLongAndDottedNames(t *testing.T) {
+	ns := withOperator(t, "long-names").ns
 	long := strings.Repeat("a", 60) + "." + strings.Repeat("b", 60) + "." + strings.Repeat("c", 60) + "." + strings.Repeat("d", 60) + ".e"
 	for _, name := range []string{"my.cluster.v2", strings.Repeat("x", 57), long, "3-node"} {
 		t.Run(name[:min(len(name), 20)], func(t *testing.T) {
-			apply(t, clusterYAML(name, 3))
-			ec := waitPhase(t, name, "Created", 60*time.Second)
+			apply(t, nsClusterYAML(ns, name, 3))
+			ec := waitPhaseIn(t, ns, name, "Created", 60*time.Second)
 			members, _ := ec.status()["members"].([]any)
 			if len(members) != 3 {
 				t.Fatalf("status.members = %v", members)
 			}
 			for _, m := range members {
 				var pod object
-				if err := cp.Get("/api/v1/namespaces/default/pods/"+m.(string), &pod); err != nil {
+				if err := cp.Get("/api/v1/namespaces/"+ns+"/pods/"+m.(string), &pod); err != nil {
 					t.Errorf("member %v: %v", m, err)
 				}
 				if len(m.(string)) > 63 {
@@ -297,7 +266,7 @@ func TestLongAndDottedNames(t *testing.T) {
 				var l struct {
 					Items []struct{ Reason string }
 				}
-				err := cp.Get("/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3D"+name, &l)
+				err := cp.Get("/api/v1/namespaces/"+ns+"/events?fieldSelector=involvedObject.name%3D"+name, &l)
 				for _, e := range l.Items {
 					if e.Reason == "ClusterCreated" {
 						return true, nil
@@ -314,18 +283,19 @@ func TestLongAndDottedNames(t *testing.T) {
 
 // 7. Fifty clusters applied at once all end complete, with no duplicates.
 func TestManyClusters(t *testing.T) {
+	ns := withOperator(t, "many").ns
 	var yaml strings.Builder
 	for i := range 50 {
-		yaml.WriteString(clusterYAML(fmt.Sprintf("many-%02d", i), 3))
+		yaml.WriteString(nsClusterYAML(ns, fmt.Sprintf("many-%02d", i), 3))
 	}
 	start := time.Now()
 	apply(t, yaml.String())
 	for i := range 50 {
-		waitPhase(t, fmt.Sprintf("many-%02d", i), "Created", 3*time.Minute)
+		waitPhaseIn(t, ns, fmt.Sprintf("many-%02d", i), "Created", 3*time.Minute)
 	}
 	t.Logf("50 clusters (350 objects) created in %s", time.Since(start).Round(time.Millisecond))
-	pods := list(t, "pods", "app%3Detcd")
-	svcs := list(t, "services", "app%3Detcd")
+	pods := listIn(t, ns, "pods", "app%3Detcd")
+	svcs := listIn(t, ns, "services", "app%3Detcd")
 	perCluster := map[string]int{}
 	for _, o := range append(pods, svcs...) {
 		perCluster[o.meta()["labels"].(map[string]any)["etcd.coreos.com/cluster"].(string)]++
@@ -335,7 +305,7 @@ func TestManyClusters(t *testing.T) {
 		if perCluster[name] != 7 {
 			t.Errorf("%s has %d objects, want 3 Pods and 4 Services", name, perCluster[name])
 		}
-		if got := names(list(t, "pods", ofCluster(name))); !slices.Equal(got, []string{name + "-0", name + "-1", name + "-2"}) {
+		if got := names(listIn(t, ns, "pods", ofCluster(name))); !slices.Equal(got, []string{name + "-0", name + "-1", name + "-2"}) {
 			t.Errorf("%s pods = %v", name, got)
 		}
 	}
@@ -344,21 +314,22 @@ func TestManyClusters(t *testing.T) {
 // 3. Deleting the EtcdCluster lets the real garbage collector remove every
 // Pod and Service, through the ownerReferences.
 func TestDeleteCluster(t *testing.T) {
-	apply(t, clusterYAML("doomed", 3))
-	waitPhase(t, "doomed", "Created", 60*time.Second)
-	if n := len(uids(t, "doomed")); n != 7 {
+	ns := withOperator(t, "delete").ns
+	apply(t, nsClusterYAML(ns, "doomed", 3))
+	waitPhaseIn(t, ns, "doomed", "Created", 60*time.Second)
+	if n := len(uidsIn(t, ns, "doomed")); n != 7 {
 		t.Fatalf("doomed has %d objects before deletion, want 7", n)
 	}
-	if _, err := cp.Kubectl("", "delete", "etcdcluster", "doomed", "--wait=false"); err != nil {
+	if _, err := cp.Kubectl("", "delete", "-n", ns, "etcdcluster", "doomed", "--wait=false"); err != nil {
 		t.Fatal(err)
 	}
 	// The garbage collector rediscovers resources every 30s; a CRD created
 	// moments before can take up to a minute to cascade.
 	err := Eventually(90*time.Second, "the garbage collector to delete doomed's objects", func() (bool, error) {
-		return len(uids(t, "doomed")) == 0, nil
+		return len(uidsIn(t, ns, "doomed")) == 0, nil
 	})
 	if err != nil {
-		t.Fatalf("%v: left %v", err, uids(t, "doomed"))
+		t.Fatalf("%v: left %v", err, uidsIn(t, ns, "doomed"))
 	}
 }
 
@@ -430,9 +401,21 @@ type isolated struct {
 	ns      string
 	counter *counter
 	name    string // of the operator process
+	proc    *Process
 }
 
 func newIsolated(t *testing.T, ns string) *isolated {
+	t.Helper()
+	iso := withOperator(t, ns)
+	apply(t, nsClusterYAML(ns, "kept", 3))
+	waitPhaseIn(t, ns, "kept", "Created", 60*time.Second)
+	return iso
+}
+
+// withOperator makes the test's namespace (deleted when it ends) and starts
+// an operator of the test's own for it, at kubectl proxy through a counting
+// proxy, with debug logs; it is stopped when the test ends.
+func withOperator(t *testing.T, ns string) *isolated {
 	t.Helper()
 	if err := cp.CreateNamespace(ns); err != nil {
 		t.Fatal(err)
@@ -446,14 +429,13 @@ func newIsolated(t *testing.T, ns string) *isolated {
 	iso := &isolated{ns: ns, counter: c, name: "etcd-operator-" + ns}
 	iso.startOperator(t)
 	t.Cleanup(func() { cp.StopProcess(iso.name, 10*time.Second) })
-	apply(t, nsClusterYAML(ns, "kept", 3))
-	waitPhaseIn(t, ns, "kept", "Created", 60*time.Second)
 	return iso
 }
 
 func (iso *isolated) startOperator(t *testing.T) {
 	t.Helper()
-	if _, err := cp.StartProcess(iso.name, nil, operatorBin, "-master="+iso.counter.url, "-namespace="+iso.ns, "-log-level=debug"); err != nil {
+	var err error
+	if iso.proc, err = cp.StartProcess(iso.name, nil, operatorBin, "-master="+iso.counter.url, "-namespace="+iso.ns, "-log-level=debug"); err != nil {
 		t.Fatal(err)
 	}
 }
