@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"os"
@@ -76,6 +77,14 @@ func TestMembersFormACluster(t *testing.T) {
 			}
 			if len(ids) != 1 {
 				t.Errorf("members disagree on the cluster ID: %v", ids)
+			}
+			// The names the peers used, as cluster DNS answers them in the
+			// members' namespace: each member's Service ClusterIP.
+			for _, m := range members {
+				addrs, err := ClusterDNS(context.Background(), m+"."+ns+".svc.cluster.local")
+				if want := clusterIP(t, ns, m); err != nil || !slices.Equal(addrs, []string{want}) {
+					t.Errorf("CoreDNS answers %s with %v (%v), want its ClusterIP %s", m, addrs, err, want)
+				}
 			}
 			// Written through the first member, read through the last
 			// member's ClusterIP Service (kube-proxy's rules, from the host).

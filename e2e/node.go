@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -808,4 +809,13 @@ func (cp *ControlPlane) PodIP(ns, pod string) string {
 		return ""
 	}
 	return p.Status.PodIP
+}
+
+// ClusterDNS resolves a name through the node's CoreDNS, as a Pod's
+// resolver does (but without its search domains: give the full name).
+func ClusterDNS(ctx context.Context, name string) ([]string, error) {
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, NodeIP+":53")
+	}}
+	return r.LookupHost(ctx, name)
 }
