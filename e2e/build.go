@@ -1,6 +1,9 @@
-// Package e2e runs the operator against a real control plane: etcd,
-// kube-apiserver, kube-controller-manager and kubectl proxy, all built from
-// the Go module proxy (no Docker, no download site), on loopback.
+// Package e2e runs the operator against a real control plane (etcd,
+// kube-apiserver, kube-controller-manager and kubectl proxy, on loopback)
+// and, as root, a real node (containerd, kubelet, kube-proxy,
+// kube-scheduler, CoreDNS, on a test bridge): the Kubernetes components and
+// CoreDNS built from the Go module proxy, containerd, runc and the CNI
+// plugins from Debian's packages. No Docker, no registry, no download site.
 package e2e
 
 import (

@@ -92,10 +92,17 @@ func TestMembersFormACluster(t *testing.T) {
 			if err := DoJSON(nil, "POST", "http://"+cp.PodIP(ns, members[0])+":2379/v3/kv/put", map[string]any{"key": key, "value": value}, 200, nil); err != nil {
 				t.Fatal(err)
 			}
+			// kube-proxy programs a Service's rules a moment after its
+			// endpoint turns ready (until then the ClusterIP refuses).
 			last := members[len(members)-1]
 			var rng struct{ Kvs []struct{ Value string } }
-			if err := DoJSON(nil, "POST", "http://"+clusterIP(t, ns, last)+":2379/v3/kv/range", map[string]any{"key": key}, 200, &rng); err != nil {
-				t.Fatal(err)
+			var lastErr error
+			err := Eventually(30*time.Second, "a read through "+last+"'s ClusterIP", func() (bool, error) {
+				lastErr = DoJSON(nil, "POST", "http://"+clusterIP(t, ns, last)+":2379/v3/kv/range", map[string]any{"key": key}, 200, &rng)
+				return lastErr == nil, nil
+			})
+			if err != nil {
+				t.Fatalf("%v: %v", err, lastErr)
 			}
 			if len(rng.Kvs) != 1 || rng.Kvs[0].Value != value {
 				t.Errorf("read %+v through %s, want the value written through %s", rng.Kvs, last, members[0])
@@ -116,7 +123,7 @@ func TestMembersFormACluster(t *testing.T) {
 		if err != nil || !strings.Contains(logs, "solo-0") {
 			t.Fatalf("logs of solo-0: %v\n%.2000s", err, logs)
 		}
-		if _, err := KillMember("solo-0"); err != nil {
+		if _, err := cp.KillMember(ns, "solo-0"); err != nil {
 			t.Fatal(err)
 		}
 		// restartPolicy Always: the kubelet starts etcd again in the same
@@ -150,23 +157,35 @@ func TestMembersFormACluster(t *testing.T) {
 	})
 
 	t.Run("deleting the EtcdCluster ends its containers", func(t *testing.T) {
+		uids := map[string]string{}
+		for i := range 5 {
+			m := fmt.Sprintf("quintet-%d", i)
+			if uids[m] = cp.PodUID(ns, m); uids[m] == "" || len(PodProcesses(uids[m])) == 0 {
+				t.Fatalf("%s runs no process before the deletion", m)
+			}
+		}
 		if _, err := cp.Kubectl("", "delete", "etcdcluster", "-n", ns, "quintet", "--wait=false"); err != nil {
 			t.Fatal(err)
 		}
-		err := Eventually(90*time.Second, "quintet's Pods and processes to end", func() (bool, error) {
-			for _, p := range MemberProcesses() {
-				if strings.HasPrefix(p, "quintet-") {
-					return false, nil
+		running := func(members ...string) []string {
+			var r []string
+			for _, m := range members {
+				if len(PodProcesses(cp.PodUID(ns, m))) > 0 || len(PodProcesses(uids[m])) > 0 {
+					r = append(r, m)
 				}
 			}
-			return len(listIn(t, ns, "pods", ofCluster("quintet"))) == 0, nil
+			return r
+		}
+		err := Eventually(90*time.Second, "quintet's Pods and processes to end", func() (bool, error) {
+			return len(running("quintet-0", "quintet-1", "quintet-2", "quintet-3", "quintet-4")) == 0 &&
+				len(listIn(t, ns, "pods", ofCluster("quintet"))) == 0, nil
 		})
 		if err != nil {
-			t.Fatalf("%v; still running: %v", err, MemberProcesses())
+			t.Fatal(err)
 		}
-		want := []string{"example-0", "example-1", "example-2", "solo-0"}
-		if got := MemberProcesses(); !slices.Equal(got, want) {
-			t.Errorf("etcd processes left: %v, want %v", got, want)
+		others := []string{"example-0", "example-1", "example-2", "solo-0"}
+		if got := running(others...); !slices.Equal(got, others) {
+			t.Errorf("of the other clusters' members, only %v still run, want all of %v", got, others)
 		}
 	})
 }

@@ -724,53 +724,55 @@ func removeChains() error {
 	return errors.Join(errs...)
 }
 
-// KillMember SIGKILLs the etcd process of a member Pod from the host, as a
-// crash would end it: the member images hold nothing but etcd (no shell
-// for kubectl exec), so the process is found in /proc by its command line,
-// /usr/local/bin/etcd with --name=member. It returns the PIDs it killed;
-// none is an error.
-func KillMember(member string) ([]int, error) {
-	var killed []int
+// PodProcesses returns the PIDs of the processes of a Pod's containers
+// on this machine (not its sandbox's pause), found by the Pod's UID in
+// their cgroup paths (the kubelet's cgroupfs driver names a Pod's cgroup
+// pod<UID>). Keep the UID to look after the Pod is gone.
+func PodProcesses(podUID string) []int {
+	if podUID == "" {
+		return nil
+	}
+	var out []int
 	for _, pid := range pids() {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil {
+		cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if err != nil || !strings.Contains(string(cg), "/pod"+podUID+"/") {
 			continue
 		}
-		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(args) > 0 && args[0] == "/usr/local/bin/etcd" && slices.Contains(args, "--name="+member) {
-			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-				return killed, fmt.Errorf("kill %d (%s): %w", pid, member, err)
-			}
-			killed = append(killed, pid)
+		if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && string(cmd) != "/pause\x00" {
+			out = append(out, pid)
 		}
 	}
-	if len(killed) == 0 {
-		return nil, fmt.Errorf("no etcd process of member %s", member)
-	}
-	return killed, nil
+	return out
 }
 
-// MemberProcesses lists the members (their --name) whose etcd runs on
-// this machine.
-func MemberProcesses() []string {
-	var names []string
-	for _, pid := range pids() {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(args) == 0 || args[0] != "/usr/local/bin/etcd" {
-			continue
-		}
-		for _, a := range args {
-			if name, ok := strings.CutPrefix(a, "--name="); ok {
-				names = append(names, name)
-			}
+// PodUID is a Pod's UID, or "" when there is no such Pod.
+func (cp *ControlPlane) PodUID(ns, pod string) string {
+	var p struct{ Metadata struct{ UID string } }
+	if cp.Get("/api/v1/namespaces/"+ns+"/pods/"+pod, &p) != nil {
+		return ""
+	}
+	return p.Metadata.UID
+}
+
+// KillMember SIGKILLs the processes of a member Pod's container from the
+// host, as a crash would end etcd: the member images hold nothing but etcd
+// (no shell for kubectl exec, no kill). It returns the PIDs it killed;
+// none is an error.
+func (cp *ControlPlane) KillMember(ns, pod string) ([]int, error) {
+	uid := cp.PodUID(ns, pod)
+	if uid == "" {
+		return nil, fmt.Errorf("no Pod %s/%s", ns, pod)
+	}
+	killed := PodProcesses(uid)
+	if len(killed) == 0 {
+		return nil, fmt.Errorf("no process of Pod %s/%s runs", ns, pod)
+	}
+	for _, pid := range killed {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			return nil, fmt.Errorf("kill %d of %s/%s: %w", pid, ns, pod, err)
 		}
 	}
-	slices.Sort(names)
-	return names
+	return killed, nil
 }
 
 // PodLogs returns a container's log through the API server (the kubelet

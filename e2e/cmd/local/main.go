@@ -140,7 +140,7 @@ func (p prefixWriter) Write(b []byte) (int, error) {
 }
 
 // startExample builds and runs the operator against kubectl proxy, applies
-// examples/etcd-cluster.yaml and waits for it (and, with the agent, for its
+// examples/etcd-cluster.yaml and waits for it (and, with the node, for its
 // members to run).
 func startExample(cp *e2e.ControlPlane, withNode bool, exampleFile string, say func(string, ...any)) error {
 	say("building the operator (CGO_ENABLED=0 go build) and running it: etcd-operator -master=%s", cp.ProxyURL)
