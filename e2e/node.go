@@ -226,9 +226,9 @@ func run(name string, args ...string) error {
 }
 
 func (n *Node) recordState() error {
-	if _, err := os.Stat(n.stateFile); err == nil {
-		return nil // a killed run's record holds the true originals; sweep restored them
-	}
+	// The sweep before this restored (and removed) a killed run's
+	// record, so the machine is as it was: record it now, before the
+	// kubelet and the CNI plugin change anything.
 	st := nodeState{Sysctls: map[string]string{}}
 	for _, s := range nodeSysctls {
 		if b, err := os.ReadFile(sysctlPath(s)); err == nil {
