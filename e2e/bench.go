@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -327,28 +326,12 @@ func timeObjects(cp *ControlPlane, ns string, n int, start func() error) (time.D
 	ready := make(chan error, 2)
 	for _, res := range []string{"pods", "services"} {
 		go func() {
-			var l struct {
-				Metadata struct{ ResourceVersion string }
-			}
-			if err := cp.Get("/api/v1/namespaces/"+ns+"/"+res+"?limit=1", &l); err != nil {
-				ready <- err
-				return
-			}
-			req, _ := http.NewRequestWithContext(ctx, "GET", cp.APIServerURL+"/api/v1/namespaces/"+ns+"/"+res+"?watch=1&resourceVersion="+l.Metadata.ResourceVersion, nil)
-			req.Header.Set("Authorization", "Bearer "+AdminToken)
-			resp, err := (&http.Client{Transport: cp.http.Transport}).Do(req)
+			events, err := cp.Watch(ctx, "/api/v1/namespaces/"+ns+"/"+res)
+			ready <- err
 			if err != nil {
-				ready <- err
 				return
 			}
-			defer resp.Body.Close()
-			ready <- nil
-			dec := json.NewDecoder(resp.Body)
-			for {
-				var ev struct{ Type string }
-				if dec.Decode(&ev) != nil {
-					return
-				}
+			for ev := range events {
 				if ev.Type == "ADDED" && seen.Add(1) == int64(n) {
 					done <- time.Now()
 				}
@@ -457,16 +440,7 @@ func retarget(objs []map[string]any, ns string, owners map[string]string) []post
 var loaderClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: time.Minute}
 
 func post(base string, r postReq) error {
-	resp, err := loaderClient.Post(base+r.path, "application/json", bytes.NewReader(r.body))
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 201 {
-		return fmt.Errorf("POST %s: %d %s", r.path, resp.StatusCode, b)
-	}
-	return nil
+	return DoJSON(loaderClient, "POST", base+r.path, r.body, 201, nil)
 }
 
 // parallel runs f(0..n-1) on p goroutines and returns the first error.

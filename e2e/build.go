@@ -1,6 +1,9 @@
-// Package e2e runs the operator against a real control plane: etcd,
-// kube-apiserver, kube-controller-manager and kubectl proxy, all built from
-// the Go module proxy (no Docker, no download site), on loopback.
+// Package e2e runs the operator against a real control plane (etcd,
+// kube-apiserver, kube-controller-manager and kubectl proxy, on loopback)
+// and, as root, a real node (containerd, kubelet, kube-proxy,
+// kube-scheduler, CoreDNS, on a test bridge): the Kubernetes components and
+// CoreDNS built from the Go module proxy, containerd, runc and the CNI
+// plugins from Debian's packages. No Docker, no registry, no download site.
 package e2e
 
 import (
@@ -20,12 +23,18 @@ import (
 // Versions of the components, as pinned in components/*/go.mod.
 const (
 	KubernetesVersion = "v1.37.2"
-	EtcdVersion       = "v3.6.16"
+	EtcdVersion       = "v3.6.16" // the CRD's default spec.version
+	Etcd37Version     = "v3.7.3"  // for the upgrade tests
+	CoreDNSVersion    = "v1.15.0"
 )
 
 // Binaries are the paths of the built components.
 type Binaries struct {
 	Etcd, APIServer, ControllerManager, Kubectl string
+	// The node: kubelet, kube-proxy, kube-scheduler and cluster DNS; the
+	// programs of the images the node runs (etcd per version, pause).
+	Kubelet, KubeProxy, Scheduler, CoreDNS, Pause string
+	EtcdImages                                    map[string]string // version -> static etcd
 }
 
 // RepoRoot finds the repository root from the working directory (the e2e
@@ -85,13 +94,38 @@ func BuildComponents(out io.Writer) (Binaries, error) {
 		return Binaries{}, err
 	}
 
-	etcdDir, err := buildModule(out, root, cache, "etcd", EtcdVersion, []string{"."}, []string{"etcd"}, "about 2 minutes")
+	// etcd, CoreDNS and pause are static (CGO_ENABLED=0): they also live
+	// alone in images with nothing else in them.
+	static := []string{"CGO_ENABLED=0"}
+	etcdDir, err := buildModule(out, root, cache, "etcd", EtcdVersion, static, "", []string{"."}, []string{"etcd"}, "about 2 minutes")
 	if err != nil {
 		return Binaries{}, err
 	}
-	kubeDir, err := buildModule(out, root, cache, "kube", KubernetesVersion,
-		[]string{"./kube-apiserver", "./kube-controller-manager", "./kubectl"},
-		[]string{"kube-apiserver", "kube-controller-manager", "kubectl"}, "about 13 minutes and 2.6 GiB")
+	etcd37Dir, err := buildModule(out, root, cache, "etcd-v3.7", Etcd37Version, static, "", []string{"."}, []string{"etcd"}, "about 2 minutes")
+	if err != nil {
+		return Binaries{}, err
+	}
+	pauseDir, err := buildModule(out, root, cache, "pause", "v1", static, "", []string{"."}, []string{"pause"}, "seconds")
+	if err != nil {
+		return Binaries{}, err
+	}
+	dnsDir, err := buildModule(out, root, cache, "coredns", CoreDNSVersion, static, "", []string{"."}, []string{"coredns"}, "about 3 minutes")
+	if err != nil {
+		return Binaries{}, err
+	}
+	// Without these the components report v0.0.0-master.
+	major, minor, _ := strings.Cut(strings.TrimPrefix(KubernetesVersion, "v"), ".")
+	minor, _, _ = strings.Cut(minor, ".")
+	var ldflags string
+	for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
+		ldflags += fmt.Sprintf(" -X %s.gitVersion=%s -X %s.gitMajor=%s -X %s.gitMinor=%s -X %s.gitTreeState=clean", pkg, KubernetesVersion, pkg, major, pkg, minor, pkg)
+	}
+	kubeBins := []string{"kube-apiserver", "kube-controller-manager", "kubectl", "kube-scheduler", "kube-proxy", "kubelet"}
+	var kubePkgs []string
+	for _, b := range kubeBins {
+		kubePkgs = append(kubePkgs, "./"+b)
+	}
+	kubeDir, err := buildModule(out, root, cache, "kube", KubernetesVersion, nil, ldflags, kubePkgs, kubeBins, "about 15 minutes and 3 GiB")
 	if err != nil {
 		return Binaries{}, err
 	}
@@ -100,15 +134,26 @@ func BuildComponents(out io.Writer) (Binaries, error) {
 		APIServer:         filepath.Join(kubeDir, "kube-apiserver"),
 		ControllerManager: filepath.Join(kubeDir, "kube-controller-manager"),
 		Kubectl:           filepath.Join(kubeDir, "kubectl"),
+		Kubelet:           filepath.Join(kubeDir, "kubelet"),
+		KubeProxy:         filepath.Join(kubeDir, "kube-proxy"),
+		Scheduler:         filepath.Join(kubeDir, "kube-scheduler"),
+		CoreDNS:           filepath.Join(dnsDir, "coredns"),
+		Pause:             filepath.Join(pauseDir, "pause"),
+		EtcdImages: map[string]string{
+			EtcdVersion:   filepath.Join(etcdDir, "etcd"),
+			Etcd37Version: filepath.Join(etcd37Dir, "etcd"),
+		},
 	}, nil
 }
 
-func buildModule(out io.Writer, root, cache, module, version string, pkgs, bins []string, cost string) (string, error) {
+func buildModule(out io.Writer, root, cache, module, version string, env []string, ldflags string, pkgs, bins []string, cost string) (string, error) {
 	src := filepath.Join(root, "e2e", "components", module)
 	sum, err := hashDir(src)
 	if err != nil {
 		return "", err
 	}
+	// The flags are part of what is built: changing them rebuilds.
+	sum = fmt.Sprintf("%x", sha256.Sum256([]byte(sum+strings.Join(env, " ")+ldflags)))
 	dir := filepath.Join(cache, module+"-"+version+"-"+sum[:12])
 	if _, err := os.Stat(dir); err == nil {
 		return dir, nil
@@ -134,9 +179,9 @@ func buildModule(out io.Writer, root, cache, module, version string, pkgs, bins 
 				}
 			}
 		}()
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(tmp, bins[i]), pkg)
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w"+ldflags, "-o", filepath.Join(tmp, bins[i]), pkg)
 		cmd.Dir = src
-		cmd.Env = append(os.Environ(), "GOWORK=off")
+		cmd.Env = append(append(os.Environ(), "GOWORK=off"), env...)
 		b, err := cmd.CombinedOutput()
 		close(done)
 		if err != nil {

@@ -49,6 +49,7 @@ type ControlPlane struct {
 	http      *http.Client
 	mu        sync.Mutex
 	procs     map[string]*Process
+	node      *Node
 }
 
 // Process is one child process with its log file.
@@ -130,7 +131,13 @@ func Start(out io.Writer, bin Binaries, dir string, proxyPort int) (_ *ControlPl
 	}
 	if _, err := cp.start("kube-controller-manager", bin.ControllerManager,
 		"--kubeconfig="+cp.Kubeconfig,
-		"--controllers=garbagecollector,serviceaccount",
+		// What Services, Deployments, ServiceAccount tokens, namespace
+		// deletion and a new node's not-ready taint need, nothing more.
+		"--controllers=garbage-collector-controller,serviceaccount-controller,serviceaccount-token-controller,"+
+			"root-ca-certificate-publisher-controller,endpointslice-controller,endpoints-controller,"+
+			"replicaset-controller,deployment-controller,node-lifecycle-controller,namespace-controller,pod-garbage-collector-controller",
+		"--root-ca-file="+cp.CAFile,
+		"--service-account-private-key-file="+filepath.Join(dir, "sa.key"),
 		"--leader-elect=false",
 		"--use-service-account-credentials=false",
 		"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", kcmPort),
@@ -157,11 +164,47 @@ func (cp *ControlPlane) CreateNamespace(ns string) error {
 	if _, err := cp.Kubectl("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+ns+"\n", "apply", "-f", "-"); err != nil {
 		return err
 	}
+	return cp.waitDefaultServiceAccount(ns)
+}
+
+func (cp *ControlPlane) waitDefaultServiceAccount(ns string) error {
 	return Eventually(60*time.Second, "the default ServiceAccount in "+ns, func() (bool, error) {
 		code, _, _ := cp.Do("GET", "/api/v1/namespaces/"+ns+"/serviceaccounts/default", nil, "")
 		return code == 200, nil
 	})
 }
+
+// CreateNodeNamespace is CreateNamespace for a namespace whose Pods the
+// node runs (every other namespace's Pods stay Pending).
+func (cp *ControlPlane) CreateNodeNamespace(ns string) error {
+	yaml := fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n  annotations:\n    %s: \"\"\n", ns, RunOnNodeAnnotation)
+	if _, err := cp.Kubectl(yaml, "apply", "-f", "-"); err != nil {
+		return err
+	}
+	return cp.waitDefaultServiceAccount(ns)
+}
+
+// WaitPhase waits until the EtcdCluster ns/name reports phase in its
+// status, and returns the object. Every wait on a cluster's progress (the
+// tests, cmd/local) goes through here, so what "done" means is said once.
+func (cp *ControlPlane) WaitPhase(ns, name, phase string, timeout time.Duration) (map[string]any, error) {
+	var o map[string]any
+	err := Eventually(timeout, ns+"/"+name+" in phase "+phase, func() (bool, error) {
+		o = nil
+		if err := cp.Get("/apis/coreos.com/v1/namespaces/"+ns+"/etcdclusters/"+name, &o); err != nil {
+			return false, nil
+		}
+		st, _ := o["status"].(map[string]any)
+		return st["phase"] == phase, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w; last status: %v", err, o["status"])
+	}
+	return o, nil
+}
+
+// Node is the running node, or nil.
+func (cp *ControlPlane) Node() *Node { return cp.node }
 
 func (cp *ControlPlane) writeCredentials() error {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -189,7 +232,9 @@ func (cp *ControlPlane) writeCredentials() error {
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		// In-cluster clients reach it at the kubernetes Service's ClusterIP,
+		// through a forwarder on the node's address.
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(KubernetesServiceIP), net.ParseIP(NodeIP)},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
@@ -212,6 +257,13 @@ func (cp *ControlPlane) writeCredentials() error {
 		"apiserver.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
 		"sa.key":        pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(saKey)}),
 		"tokens.csv":    []byte(AdminToken + ",admin,admin,system:masters\n"),
+		"admission.yaml": []byte(`apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: PodNodeSelector
+  path: podnodeselector.yaml
+`),
+		"podnodeselector.yaml": []byte("podNodeSelectorPluginConfig:\n  clusterDefaultNodeSelector: " + noNodeSelector + "\n"),
 	}
 	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(cp.Dir, name), b, 0o600); err != nil {
@@ -273,12 +325,18 @@ func (cp *ControlPlane) StartAPIServer(extra ...string) error {
 		"--authorization-mode=RBAC",
 		// As in many production clusters: setting blockOwnerDeletion needs
 		// update on the owner's finalizers, which examples/deploy.yaml grants.
-		"--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
+		// PodNodeSelector: only the namespaces that ask for it (see
+		// CreateNodeNamespace) get their Pods run by the node.
+		"--enable-admission-plugins=OwnerReferencesPermissionEnforcement,PodNodeSelector",
+		"--admission-control-config-file=" + filepath.Join(cp.Dir, "admission.yaml"),
+		// The node's hostname does not resolve: kubectl logs and exec go
+		// to its InternalIP.
+		"--kubelet-preferred-address-types=InternalIP",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + filepath.Join(cp.Dir, "sa.key"),
 		"--service-account-signing-key-file=" + filepath.Join(cp.Dir, "sa.key"),
 		// A /16: 200 clusters of 3 members need 800 Services, a /24 has 254.
-		"--service-cluster-ip-range=10.96.0.0/16",
+		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--profiling=false",
 	}, extra...)
 	if _, err := cp.start("kube-apiserver", cp.Bin.APIServer, args...); err != nil {
@@ -423,8 +481,11 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 // Done is closed when the process has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
-// Stop stops every process, newest first.
+// Stop stops every process, newest first, and the node if it runs.
 func (cp *ControlPlane) Stop() {
+	if cp.node != nil {
+		cp.node.Stop()
+	}
 	for _, name := range []string{"etcd-operator", "etcd-operator-incluster", "etcd-operator-members", "etcd-operator-bench", "kubectl-proxy", "kube-controller-manager", "kube-apiserver", "etcd"} {
 		cp.StopProcess(name, 5*time.Second)
 	}

@@ -1,58 +1,62 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
 
-// The operator as a Pod runs it: no -master, the in-cluster API server over
-// HTTPS verified against the cluster CA, a real ServiceAccount token from
-// the TokenRequest API, and exactly the RBAC of examples/deploy.yaml. The
-// ServiceAccount files are bind-mounted at the path the kubelet uses, in a
-// mount namespace of the operator's own; the operator has no test switch.
+// The operator as examples/deploy.yaml runs it, on the real node: the
+// Deployment as it is (only its namespace changed) with the image the
+// Dockerfile describes (static binary, scratch, USER 65532), so the Pod gets
+// the real projected ServiceAccount token and cluster CA, runs as non-root
+// on a read-only root filesystem, and reaches the API server through the
+// kubernetes Service, exactly the RBAC of the file and nothing else.
 func TestInCluster(t *testing.T) {
-	needRoot(t)
-	const ns = "incluster"
+	needNode(t)
+	ns := nodeNamespace(t, "incluster")
 	manifests, err := os.ReadFile(examplePath("deploy.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	deploy := strings.ReplaceAll(string(manifests), "namespace: default", "namespace: "+ns)
-	if err := cp.CreateNamespace(ns); err != nil {
-		t.Fatal(err)
-	}
+	start := time.Now()
 	apply(t, deploy)
-
-	saDir := t.TempDir()
-	ca, err := os.ReadFile(cp.CAFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	token1 := boundToken(t, ns, "token-one")
-	for name, content := range map[string]string{"ca.crt": string(ca), "token": token1, "namespace": ns} {
-		if err := os.WriteFile(filepath.Join(saDir, name), []byte(content), 0o600); err != nil {
+	pod := waitOperatorPod(t, ns)
+	t.Logf("the operator's Pod %s ran %s after the apply", pod, time.Since(start).Round(time.Millisecond))
+	logOf := func() string {
+		logs, err := cp.PodLogs(ns, pod, "")
+		if err != nil {
 			t.Fatal(err)
 		}
+		return logs
 	}
-	apiPort := strings.TrimPrefix(cp.APIServerURL, "https://127.0.0.1:")
-	const mountSA = `mount -t tmpfs tmpfs /run && mkdir -p /run/secrets/kubernetes.io/serviceaccount && mount --bind "$1" /run/secrets/kubernetes.io/serviceaccount && exec "$2"`
-	proc, err := cp.StartProcess("etcd-operator-incluster",
-		[]string{"KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT=" + apiPort},
-		"unshare", "--mount", "--propagation=private", "sh", "-c", mountSA, "sh", saDir, operatorBin)
+	// What the kubelet made of the Deployment's securityContext, seen on
+	// the process itself.
+	pid := operatorPID(t)
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cp.StopProcess("etcd-operator-incluster", 10*time.Second)
-	logOf := func() string { return processLog(t, "etcd-operator-incluster", 0) }
+	if !regexpMatch(`(?m)^Uid:\s+65532\s+65532`, string(status)) || !regexpMatch(`(?m)^Gid:\s+65532\s+65532`, string(status)) {
+		t.Errorf("the operator does not run as 65532:65532:\n%s", status)
+	}
+	mounts, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexpMatch(`(?m)^\S+ \S+ \S+ \S+ / ro[, ]`, string(mounts)) {
+		t.Errorf("the operator's root filesystem is not read-only:\n%s", mounts)
+	}
+	if !strings.Contains(string(mounts), " /var/run/secrets/kubernetes.io/serviceaccount ") {
+		t.Errorf("no ServiceAccount volume in the operator's mounts:\n%s", mounts)
+	}
 
 	apply(t, strings.Replace(clusterYAML("in-a", 1), "metadata:\n", "metadata:\n  namespace: "+ns+"\n", 1))
 	waitPhaseIn(t, ns, "in-a", "Created", 60*time.Second)
-	if want := fmt.Sprintf("apiServer=https://127.0.0.1:%s namespace=%s", apiPort, ns); !strings.Contains(logOf(), want) {
+	if want := fmt.Sprintf("apiServer=https://%s:443 namespace=%s", KubernetesServiceIP, ns); !strings.Contains(logOf(), want) {
 		t.Errorf("the operator did not start in-cluster (%q):\n%s", want, logOf())
 	}
 	err = Eventually(30*time.Second, "an Event about in-a", func() (bool, error) {
@@ -61,31 +65,6 @@ func TestInCluster(t *testing.T) {
 	if err != nil {
 		t.Error(err)
 	}
-
-	t.Run("token rotation", func(t *testing.T) {
-		token2 := boundToken(t, ns, "token-two")
-		// The kubelet swaps the file atomically; so do we.
-		tmp := filepath.Join(saDir, ".token.new")
-		if err := os.WriteFile(tmp, []byte(token2), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, filepath.Join(saDir, "token")); err != nil {
-			t.Fatal(err)
-		}
-		// Revoke the first token: it was bound to a Secret.
-		if _, err := cp.Kubectl("", "delete", "secret", "-n", ns, "token-one"); err != nil {
-			t.Fatal(err)
-		}
-		err := Eventually(30*time.Second, "the first token to be rejected", func() (bool, error) {
-			code, _, err := cp.DoAs(token1, "GET", "/api", nil, "")
-			return code == 401, err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		apply(t, strings.Replace(clusterYAML("in-b", 1), "metadata:\n", "metadata:\n  namespace: "+ns+"\n", 1))
-		waitPhaseIn(t, ns, "in-b", "Created", 60*time.Second)
-	})
 
 	for _, tc := range []struct {
 		name, from, to, can, want string
@@ -119,10 +98,8 @@ func TestInCluster(t *testing.T) {
 			if !strings.Contains(logOf(), tc.want) {
 				t.Errorf("the log lacks %q", tc.want)
 			}
-			select {
-			case <-proc.Done():
-				t.Fatal("the operator exited")
-			default:
+			if n := restarts(t, ns, pod); n != 0 {
+				t.Fatalf("the operator's container restarted %d times", n)
 			}
 			// Put the permission back: the retry creates the cluster.
 			apply(t, deploy)
@@ -130,36 +107,64 @@ func TestInCluster(t *testing.T) {
 			waitPhaseIn(t, ns, name, "Created", 90*time.Second)
 		})
 	}
-	if strings.Contains(logOf(), token1[:20]) {
+	token, err := os.ReadFile(fmt.Sprintf("/proc/%d/root/var/run/secrets/kubernetes.io/serviceaccount/token", operatorPID(t)))
+	if err != nil || len(token) < 20 {
+		t.Fatalf("the Pod's token: %v", err)
+	}
+	if strings.Contains(logOf(), string(token[:20])) {
 		t.Error("the log contains the token")
 	}
 }
 
-// boundToken makes a Secret and a ServiceAccount token bound to it: deleting
-// the Secret revokes the token.
-func boundToken(t *testing.T, ns, secret string) string {
+// waitOperatorPod waits for the Deployment's Pod to run and returns its name.
+func waitOperatorPod(t *testing.T, ns string) string {
 	t.Helper()
-	apply(t, fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata:\n  name: %s\n  namespace: %s\n", secret, ns))
-	var s object
-	if err := cp.Get("/api/v1/namespaces/"+ns+"/secrets/"+secret, &s); err != nil {
+	var name string
+	var last []object
+	err := Eventually(90*time.Second, "the operator's Pod Running", func() (bool, error) {
+		last = listIn(t, ns, "pods", "app%3Detcd-operator")
+		if len(last) != 1 || last[0].status()["phase"] != "Running" {
+			return false, nil
+		}
+		name = last[0].name()
+		return true, nil
+	})
+	if err != nil {
+		for _, p := range last {
+			t.Logf("pod %s: %v", p.name(), p.status())
+		}
 		t.Fatal(err)
 	}
-	req, _ := json.Marshal(map[string]any{
-		"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-		"spec": map[string]any{
-			"expirationSeconds": 3600,
-			"boundObjectRef":    map[string]any{"apiVersion": "v1", "kind": "Secret", "name": secret, "uid": s.uid()},
-		},
-	})
-	code, b, err := cp.Do("POST", "/api/v1/namespaces/"+ns+"/serviceaccounts/etcd-operator/token", req, "application/json")
-	if err != nil || code != 201 {
-		t.Fatalf("TokenRequest: %d %s %v", code, b, err)
+	return name
+}
+
+// operatorPID finds the in-cluster operator's process (the image's
+// /etcd-operator) on the host.
+func operatorPID(t *testing.T) int {
+	t.Helper()
+	for _, pid := range pids() {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err == nil && string(b) == "/etcd-operator\x00" {
+			return pid
+		}
 	}
-	var tr struct{ Status struct{ Token string } }
-	if err := json.Unmarshal(b, &tr); err != nil || tr.Status.Token == "" {
-		t.Fatalf("TokenRequest answer: %s", b)
+	t.Fatal("no /etcd-operator process on the node")
+	return 0
+}
+
+// restarts is the restart count of a Pod's first container.
+func restarts(t *testing.T, ns, pod string) int {
+	t.Helper()
+	var p struct {
+		Status struct{ ContainerStatuses []struct{ RestartCount int } }
 	}
-	return tr.Status.Token
+	if err := cp.Get("/api/v1/namespaces/"+ns+"/pods/"+pod, &p); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Status.ContainerStatuses) == 0 {
+		return 0
+	}
+	return p.Status.ContainerStatuses[0].RestartCount
 }
 
 // waitCan waits until RBAC says answer to "can the operator do this".

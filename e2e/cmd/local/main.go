@@ -1,7 +1,9 @@
 // Command local is the operator with no cluster at hand: it builds (once)
 // and starts a local control plane, applies the CRD, runs kubectl proxy and
-// the operator against it, and, as root, the e2e node agent, which runs the
-// member Pods as real etcd processes. It applies examples/etcd-cluster.yaml,
+// the operator against it, and, as root, a real node (containerd, kubelet,
+// kube-proxy, kube-scheduler, CoreDNS) that runs the member Pods from
+// locally built images, so kubectl logs and exec work and members reach
+// each other by Service name. It applies examples/etcd-cluster.yaml,
 // shows what was created, and keeps running until Ctrl-C, then stops
 // everything it started. With -operator=false it stops short of running the
 // operator and applying the example, for those who want to run "go run ."
@@ -15,7 +17,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -26,17 +27,17 @@ import (
 )
 
 func main() {
-	agentFlag := flag.Bool("agent", true, "run the member Pods as etcd processes with the node agent (needs root and ip(8))")
+	nodeFlag := flag.Bool("node", true, "run a real node for the Pods (needs root; installs containerd, runc and the CNI plugins from Debian's packages when missing)")
 	proxyPort := flag.Int("proxy-port", 8001, "port for kubectl proxy (the operator's default -master); another free port if taken")
 	operatorFlag := flag.Bool("operator", true, "run the operator and apply the example; false leaves both to you (go run . in the repository)")
 	flag.Parse()
-	if err := run(*agentFlag, *operatorFlag, *proxyPort); err != nil {
+	if err := run(*nodeFlag, *operatorFlag, *proxyPort); err != nil {
 		fmt.Fprintln(os.Stderr, "local:", err)
 		os.Exit(1)
 	}
 }
 
-func run(withAgent, withOperator bool, proxyPort int) error {
+func run(withNode, withOperator bool, proxyPort int) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Output piped to a program that Ctrl-C also ends must not kill us
@@ -60,24 +61,28 @@ func run(withAgent, withOperator bool, proxyPort int) error {
 	}
 	example := func(name string) string { return filepath.Join(root, "examples", name) }
 
-	if withAgent && os.Geteuid() != 0 {
-		say("not root: no node agent, so the Pods will stay Pending (the operator's part works the same)")
-		withAgent = false
-	} else if _, err := exec.LookPath("ip"); withAgent && err != nil {
-		say("no ip(8): no node agent, so the Pods will stay Pending (apt-get install iproute2)")
-		withAgent = false
+	if withNode && os.Geteuid() != 0 {
+		say("not root: no node, so the Pods will stay Pending (the operator's part works the same)")
+		withNode = false
 	}
-	var agent *e2e.Agent
-	if withAgent {
-		if agent, err = e2e.StartAgent(cp, "default", "eopl", "10.213.8"); err != nil {
+	var node *e2e.Node
+	if withNode {
+		say("starting the node: containerd, kubelet, kube-proxy, kube-scheduler, CoreDNS on %s", e2e.NodeIP)
+		opBin, err := e2e.BuildOperator(cp.Dir)
+		if err != nil {
 			return err
 		}
-		defer agent.Stop()
-		say("node agent running the default namespace's Pods in network namespaces on 10.213.8.0/24")
+		if node, err = cp.StartNode(opBin); err != nil {
+			return err
+		}
+		// The default namespace's Pods run on the node.
+		if err := cp.CreateNodeNamespace("default"); err != nil {
+			return err
+		}
 	}
 
 	if withOperator {
-		if err := startExample(cp, agent, example("etcd-cluster.yaml"), say); err != nil {
+		if err := startExample(cp, node != nil, example("etcd-cluster.yaml"), say); err != nil {
 			return err
 		}
 	}
@@ -105,12 +110,16 @@ in the repository, run it and apply the example:
   kubectl apply -f examples/etcd-cluster.yaml
 `, cp.ProxyURL)
 	}
-	if agent != nil && withOperator {
-		fmt.Printf(`The members are real etcd processes, reachable from this machine:
+	if node != nil && withOperator {
+		fmt.Printf(`The members run on a real node, in containers of the image
+gcr.io/etcd-development/etcd:%s (built here), reachable from this machine by
+Pod IP and by ClusterIP:
 
-  curl -s http://%s:2379/health
-  curl -s -X POST http://%s:2379/v3/cluster/member/list
-`, agent.PodIP("example-0"), agent.PodIP("example-1"))
+  kubectl logs example-0
+  kubectl exec example-0 -- /usr/local/bin/etcd --version
+  curl -s http://%s:2379/health                        # example-0's Pod IP
+  curl -s -X POST http://%s:2379/v3/cluster/member/list  # the example-client Service
+`, e2e.EtcdVersion, cp.PodIP("default", "example-0"), serviceIP(cp, "example-client"))
 	}
 	fmt.Println("\nCtrl-C stops everything.")
 	<-ctx.Done()
@@ -131,9 +140,9 @@ func (p prefixWriter) Write(b []byte) (int, error) {
 }
 
 // startExample builds and runs the operator against kubectl proxy, applies
-// examples/etcd-cluster.yaml and waits for it (and, with the agent, for its
+// examples/etcd-cluster.yaml and waits for it (and, with the node, for its
 // members to run).
-func startExample(cp *e2e.ControlPlane, agent *e2e.Agent, exampleFile string, say func(string, ...any)) error {
+func startExample(cp *e2e.ControlPlane, withNode bool, exampleFile string, say func(string, ...any)) error {
 	say("building the operator (CGO_ENABLED=0 go build) and running it: etcd-operator -master=%s", cp.ProxyURL)
 	opBin, err := e2e.BuildOperator(cp.Dir)
 	if err != nil {
@@ -147,18 +156,17 @@ func startExample(cp *e2e.ControlPlane, agent *e2e.Agent, exampleFile string, sa
 	if _, err := cp.Kubectl("", "apply", "-f", exampleFile); err != nil {
 		return err
 	}
-	err = e2e.Eventually(60*time.Second, "example to be Created", func() (bool, error) {
-		out, err := cp.Kubectl("", "get", "etcdcluster", "example", "-o", "jsonpath={.status.phase}")
-		return out == "Created", err
-	})
-	if err != nil || agent == nil {
+	_, err = cp.WaitPhase("default", "example", "Created", 60*time.Second)
+	if err != nil || !withNode {
 		return err
 	}
-	err = e2e.Eventually(60*time.Second, "the members to run", func() (bool, error) {
-		return len(agent.Running()) == 3, nil
+	return e2e.Eventually(90*time.Second, "the members to be ready", func() (bool, error) {
+		out, err := cp.Kubectl("", "get", "pods", "-l", "etcd.coreos.com/cluster=example", "-o", "jsonpath={.items[*].status.containerStatuses[*].ready}")
+		return out == "true true true", err
 	})
-	if err != nil {
-		return fmt.Errorf("%w; agent: %v", err, agent.Errors())
-	}
-	return nil
+}
+
+func serviceIP(cp *e2e.ControlPlane, name string) string {
+	out, _ := cp.Kubectl("", "get", "service", name, "-o", "jsonpath={.spec.clusterIP}")
+	return out
 }

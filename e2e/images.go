@@ -1,0 +1,105 @@
+package e2e
+
+import (
+	"archive/tar"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// Image is one image the node needs: a single static program in an
+// otherwise empty filesystem, as the operator's Dockerfile and etcd's own
+// images are. No registry can be reached here, so the node gets them as
+// docker-save tarballs imported into containerd.
+type Image struct {
+	Ref        string // as Pods name it
+	Program    string // the file to put in the image
+	Path       string // where it lives in the image
+	User       string // the image's USER, empty for root
+	Entrypoint []string
+}
+
+// NodeImages are the images every node run imports: the Pod sandbox, etcd
+// for each version the tests use, and (when operatorBin is set) the
+// operator as the Dockerfile describes it.
+func NodeImages(bin Binaries, operatorBin string) []Image {
+	imgs := []Image{{Ref: PauseImage, Program: bin.Pause, Path: "/pause", Entrypoint: []string{"/pause"}}}
+	for v, etcd := range bin.EtcdImages {
+		imgs = append(imgs, Image{Ref: "gcr.io/etcd-development/etcd:" + v, Program: etcd, Path: "/usr/local/bin/etcd", Entrypoint: []string{"/usr/local/bin/etcd"}})
+	}
+	if operatorBin != "" {
+		imgs = append(imgs, OperatorImage(operatorBin))
+	}
+	return imgs
+}
+
+// OperatorImageRef is the image examples/deploy.yaml names.
+const OperatorImageRef = "etcd-operator:dev"
+
+// OperatorImage is the Dockerfile's image: FROM scratch, the static binary
+// at /etcd-operator, USER 65532:65532, ENTRYPOINT ["/etcd-operator"].
+func OperatorImage(operatorBin string) Image {
+	return Image{Ref: OperatorImageRef, Program: operatorBin, Path: "/etcd-operator", User: "65532:65532", Entrypoint: []string{"/etcd-operator"}}
+}
+
+// WriteImage writes img as a docker-save tarball to path.
+func WriteImage(img Image, path string) error {
+	prog, err := os.ReadFile(img.Program)
+	if err != nil {
+		return err
+	}
+	var layer bytes.Buffer
+	tw := tar.NewWriter(&layer)
+	// The parent directories first, as a Dockerfile's COPY makes them.
+	dir := filepath.Dir(img.Path)
+	var dirs []string
+	for d := dir; d != "/"; d = filepath.Dir(d) {
+		dirs = append([]string{d}, dirs...)
+	}
+	for _, d := range dirs {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d[1:] + "/", Mode: 0o755}); err != nil {
+			return err
+		}
+	}
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: img.Path[1:], Mode: 0o755, Size: int64(len(prog))}); err != nil {
+		return err
+	}
+	if _, err := tw.Write(prog); err != nil {
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	b := layer.Bytes()
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
+	if err != nil {
+		return fmt.Errorf("image %s: layer: %w", img.Ref, err)
+	}
+	i, err := mutate.AppendLayers(empty.Image, l)
+	if err != nil {
+		return fmt.Errorf("image %s: %w", img.Ref, err)
+	}
+	cf, err := i.ConfigFile()
+	if err != nil {
+		return err
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture, cf.OS = "amd64", "linux"
+	cf.Config = v1.Config{Entrypoint: img.Entrypoint, User: img.User}
+	if i, err = mutate.ConfigFile(i, cf); err != nil {
+		return fmt.Errorf("image %s: config: %w", img.Ref, err)
+	}
+	tag, err := name.NewTag(img.Ref)
+	if err != nil {
+		return err
+	}
+	return tarball.WriteToFile(path, tag, i)
+}
