@@ -50,6 +50,7 @@ type ControlPlane struct {
 	mu        sync.Mutex
 	procs     map[string]*Process
 	node      *Node
+	probes    int
 }
 
 // Process is one child process with its log file.
@@ -168,7 +169,7 @@ func (cp *ControlPlane) CreateNamespace(ns string) error {
 }
 
 func (cp *ControlPlane) waitDefaultServiceAccount(ns string) error {
-	return Eventually(60*time.Second, "the default ServiceAccount in "+ns, func() (bool, error) {
+	return Eventually(2*time.Minute, "the default ServiceAccount in "+ns, func() (bool, error) {
 		code, _, _ := cp.Do("GET", "/api/v1/namespaces/"+ns+"/serviceaccounts/default", nil, "")
 		return code == 200, nil
 	})
@@ -201,6 +202,29 @@ func (cp *ControlPlane) WaitPhase(ns, name, phase string, timeout time.Duration)
 		return nil, fmt.Errorf("%w; last status: %v", err, o["status"])
 	}
 	return o, nil
+}
+
+// WaitControllers waits until kube-controller-manager acts on new objects
+// again (after an API server restart): a new namespace gets its default
+// ServiceAccount. The namespace is deleted afterwards.
+func (cp *ControlPlane) WaitControllers() error {
+	cp.mu.Lock()
+	cp.probes++
+	ns := fmt.Sprintf("e2e-probe-%d", cp.probes)
+	cp.mu.Unlock()
+	start := time.Now()
+	if _, err := cp.Kubectl("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+ns+"\n", "create", "-f", "-"); err != nil {
+		return err
+	}
+	err := Eventually(3*time.Minute, "the controllers to work again (a default ServiceAccount in "+ns+")", func() (bool, error) {
+		code, _, _ := cp.Do("GET", "/api/v1/namespaces/"+ns+"/serviceaccounts/default", nil, "")
+		return code == 200, nil
+	})
+	fmt.Fprintf(cp.out, "e2e: the controllers worked again %s after the probe\n", time.Since(start).Round(time.Millisecond))
+	if _, derr := cp.Kubectl("", "delete", "namespace", ns, "--wait=false"); err == nil {
+		err = derr
+	}
+	return err
 }
 
 // Node is the running node, or nil.

@@ -538,6 +538,11 @@ func TestAPIServerRestart(t *testing.T) {
 
 // restartAPIServer restarts kube-apiserver with flags; with flags, a
 // cleanup restarts it again without them, also when the test fails.
+//
+// After each restart it waits until the controllers work again: their
+// watches broke with the API server and come back with client-go's
+// backoff, which can take most of a minute; the next test must not start
+// before (a new namespace would get no default ServiceAccount).
 func restartAPIServer(t *testing.T, flags ...string) {
 	t.Helper()
 	cp.StopProcess("kube-apiserver", 5*time.Second)
@@ -546,10 +551,17 @@ func restartAPIServer(t *testing.T, flags ...string) {
 			cp.StopProcess("kube-apiserver", 5*time.Second)
 			if err := cp.StartAPIServer(); err != nil {
 				t.Error(err)
+				return
+			}
+			if err := cp.WaitControllers(); err != nil {
+				t.Error(err)
 			}
 		})
 	}
 	if err := cp.StartAPIServer(flags...); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.WaitControllers(); err != nil {
 		t.Fatal(err)
 	}
 }

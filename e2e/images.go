@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -92,7 +93,7 @@ func WriteImage(img Image, path string) error {
 		return err
 	}
 	cf = cf.DeepCopy()
-	cf.Architecture, cf.OS = "amd64", "linux"
+	cf.Architecture, cf.OS = runtime.GOARCH, "linux"
 	cf.Config = v1.Config{Entrypoint: img.Entrypoint, User: img.User}
 	if i, err = mutate.ConfigFile(i, cf); err != nil {
 		return fmt.Errorf("image %s: config: %w", img.Ref, err)
