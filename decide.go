@@ -216,20 +216,25 @@ func (d *decision) bootstrap() step {
 	}
 	d.setAvailable(false, "NotStarted", "etcd has not answered yet")
 	if len(missing) > 0 {
-		msg := fmt.Sprintf("creating %d members: %s; clients will use Service %s-client", len(names), strings.Join(names, ", "), d.in.Base)
-		if d.in.Base != d.in.Name {
-			msg += fmt.Sprintf(" (object names shortened to %s-*, because the name is not a short DNS-1035 label)", d.in.Base)
-		}
+		msg := fmt.Sprintf("creating %d members: %s; clients will use Service %s-client", len(names), strings.Join(names, ", "), d.in.Base) + d.namesNote()
 		d.st.Phase, d.st.Message = phaseCreating, msg
 		d.setProgressing(true, "Creating", msg)
 		return step{Action: actBootstrap, Members: names, Image: d.image(),
 			EventType: eventNormal, EventReason: reasonClusterCreated, EventMessage: msg}
 	}
-	msg := fmt.Sprintf("waiting for the members to start and elect a leader: %s", d.podSummary(names))
+	msg := fmt.Sprintf("waiting for the members to start and elect a leader: %s", d.podSummary(names)) + d.namesNote()
 	d.st.Phase, d.st.Message = phaseCreating, msg
 	d.setProgressing(true, "WaitingForMembers", msg)
 	d.setDegraded(false, "", "")
 	return step{Again: pollAgain}
+}
+
+// namesNote explains object names that are not the EtcdCluster's own.
+func (d *decision) namesNote() string {
+	if d.in.Base == d.in.Name {
+		return ""
+	}
+	return fmt.Sprintf(" (object names shortened to %s-*, because the name is not a short DNS-1035 label)", d.in.Base)
 }
 
 // bootstrapMembers are the members of the cluster being created: those in
@@ -653,7 +658,7 @@ func (d *decision) steady() step {
 		return step{}
 	}
 	d.st.Phase = phaseRunning
-	d.st.Message = fmt.Sprintf("%d members ready, running etcd %s; clients use Service %s-client", len(d.obs.Etcd.Members), d.st.CurrentVersion, d.in.Base)
+	d.st.Message = fmt.Sprintf("%d members ready, running etcd %s; clients use Service %s-client", len(d.obs.Etcd.Members), d.st.CurrentVersion, d.in.Base) + d.namesNote()
 	d.setDegraded(false, "AllMembersReady", "")
 	return step{}
 }
