@@ -269,7 +269,7 @@ func RunBenchmark(cp *ControlPlane, o BenchOptions) (*BenchReport, error) {
 			return nil, err
 		}
 		if reqs, _ := proxy.snapshot(); hasWrite(reqs) {
-			return nil, fmt.Errorf("the operator wrote while watching %d Created clusters: %v", m.n, reqs)
+			return nil, fmt.Errorf("the operator wrote while watching %d created clusters: %v", m.n, reqs)
 		}
 	}
 	return r, nil
@@ -308,7 +308,12 @@ func createCreatedCluster(cp *ControlPlane, ns, name string) error {
 	if err := createCluster(cp, ns, name, 3); err != nil {
 		return err
 	}
-	st := fmt.Sprintf(`{"status":{"phase":"Created","message":"benchmark","members":[%q,%q,%q],"observedGeneration":1}}`, name+"-0", name+"-1", name+"-2")
+	// What the operator writes for a cluster whose objects all exist and
+	// whose Pods no node runs yet (the benchmark's namespaces have none).
+	st := fmt.Sprintf(`{"status":{"phase":"Creating","message":"benchmark","ready":"0/3","readyMembers":0,`+
+		`"members":[{"name":%q,"ready":false},{"name":%q,"ready":false},{"name":%q,"ready":false}],`+
+		`"conditions":[{"type":"Progressing","status":"True","reason":"WaitingForMembers","message":"benchmark","lastTransitionTime":"2026-01-01T00:00:00Z","observedGeneration":1}],`+
+		`"observedGeneration":1}}`, name+"-0", name+"-1", name+"-2")
 	code, b, err := cp.Do("PATCH", "/apis/coreos.com/v1/namespaces/"+ns+"/etcdclusters/"+name+"/status", []byte(st), "application/merge-patch+json")
 	if err != nil || code != 200 {
 		return fmt.Errorf("status of %s/%s: %d %s %v", ns, name, code, b, err)
@@ -478,15 +483,23 @@ func waitIdle(c *counter, timeout time.Duration) error {
 func waitAllCreated(cp *ControlPlane, ns string, n int) error {
 	return Eventually(5*time.Minute, fmt.Sprintf("%d clusters Created in %s", n, ns), func() (bool, error) {
 		var l struct {
-			Items []struct{ Status struct{ Phase string } }
+			Items []struct {
+				Status struct {
+					Phase      string
+					Conditions []struct{ Type, Reason string }
+				}
+			}
 		}
 		if err := cp.Get("/apis/coreos.com/v1/namespaces/"+ns+"/etcdclusters", &l); err != nil {
 			return false, err
 		}
 		created := 0
 		for _, c := range l.Items {
-			if c.Status.Phase == "Created" {
-				created++
+			for _, cond := range c.Status.Conditions {
+				if cond.Type == "Progressing" && cond.Reason == "WaitingForMembers" || c.Status.Phase == "Running" {
+					created++
+					break
+				}
 			}
 		}
 		return created == n, nil

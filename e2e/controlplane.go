@@ -204,6 +204,35 @@ func (cp *ControlPlane) WaitPhase(ns, name, phase string, timeout time.Duration)
 	return o, nil
 }
 
+// WaitCreated waits until an EtcdCluster's objects all exist: its status
+// for the current generation says its members run (Running) or that it
+// waits for them to start, as in a namespace whose Pods no node runs.
+func (cp *ControlPlane) WaitCreated(ns, name string, timeout time.Duration) (map[string]any, error) {
+	var o map[string]any
+	err := Eventually(timeout, ns+"/"+name+" created", func() (bool, error) {
+		o = nil
+		if err := cp.Get("/apis/coreos.com/v1/namespaces/"+ns+"/etcdclusters/"+name, &o); err != nil {
+			return false, nil
+		}
+		meta, _ := o["metadata"].(map[string]any)
+		st, _ := o["status"].(map[string]any)
+		if gen, _ := meta["generation"].(float64); st["observedGeneration"] != gen {
+			return false, nil
+		}
+		conds, _ := st["conditions"].([]any)
+		for _, c := range conds {
+			if c, _ := c.(map[string]any); c["type"] == "Progressing" && c["reason"] == "WaitingForMembers" {
+				return true, nil
+			}
+		}
+		return st["phase"] == "Running", nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w; last status: %v", err, o["status"])
+	}
+	return o, nil
+}
+
 // WaitControllers waits until kube-controller-manager acts on new objects
 // again (after an API server restart): a new namespace gets its default
 // ServiceAccount. The namespace is deleted afterwards.

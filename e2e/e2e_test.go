@@ -111,6 +111,30 @@ func waitPhaseIn(t *testing.T, ns, name, phase string, timeout time.Duration) ob
 	return o
 }
 
+// waitCreated waits until every object of the cluster exists (see
+// ControlPlane.WaitCreated).
+func waitCreated(t *testing.T, ns, name string, timeout time.Duration) object {
+	t.Helper()
+	o, err := cp.WaitCreated(ns, name, timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// memberNames are the names in an EtcdCluster's status.members.
+func memberNames(ec object) []string {
+	var out []string
+	members, _ := ec.status()["members"].([]any)
+	for _, m := range members {
+		if m, ok := m.(map[string]any); ok {
+			name, _ := m["name"].(string)
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 func apply(t *testing.T, yaml string) {
 	t.Helper()
 	if _, err := cp.Kubectl(yaml, "apply", "-f", "-"); err != nil {
@@ -137,9 +161,9 @@ func TestQuickStart(t *testing.T) {
 	if _, err := cp.Kubectl("", "apply", "-n", ns, "-f", examplePath("etcd-cluster.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	ec := waitPhaseIn(t, ns, "example", "Created", 60*time.Second)
-	if got := ec.status()["members"]; fmt.Sprint(got) != "[example-0 example-1 example-2]" {
-		t.Errorf("status.members = %v", got)
+	ec := waitCreated(t, ns, "example", 60*time.Second)
+	if got := memberNames(ec); !slices.Equal(got, []string{"example-0", "example-1", "example-2"}) {
+		t.Errorf("status.members = %v", ec.status()["members"])
 	}
 	pods := listIn(t, ns, "pods", ofCluster("example"))
 	svcs := listIn(t, ns, "services", ofCluster("example"))
@@ -191,7 +215,7 @@ func TestQuickStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, "SIZE") || !strings.Contains(out, "PHASE") || !regexpMatch(`example\s+3\s+v3\.6\.16\s+Created`, out) {
+	if !strings.Contains(out, "SIZE") || !strings.Contains(out, "PHASE") || !regexpMatch(`example\s+3\s+v3\.6\.16\s+0/3\s+Creating`, out) {
 		t.Errorf("kubectl get etcdclusters:\n%s", out)
 	}
 	err = Eventually(30*time.Second, "events about example", func() (bool, error) {
@@ -228,7 +252,7 @@ func TestSchemaRejectsInvalidClusters(t *testing.T) {
 		})
 	}
 	apply(t, nsClusterYAML(iso.ns, "schema-marker", 1))
-	waitPhaseIn(t, iso.ns, "schema-marker", "Created", 60*time.Second)
+	waitCreated(t, iso.ns, "schema-marker", 60*time.Second)
 	select {
 	case <-iso.proc.Done():
 		t.Error("the operator exited")
@@ -245,17 +269,17 @@ func TestLongAndDottedNames(t *testing.T) {
 	for _, name := range []string{"my.cluster.v2", strings.Repeat("x", 57), long, "3-node"} {
 		t.Run(name[:min(len(name), 20)], func(t *testing.T) {
 			apply(t, nsClusterYAML(ns, name, 3))
-			ec := waitPhaseIn(t, ns, name, "Created", 60*time.Second)
-			members, _ := ec.status()["members"].([]any)
+			ec := waitCreated(t, ns, name, 60*time.Second)
+			members := memberNames(ec)
 			if len(members) != 3 {
-				t.Fatalf("status.members = %v", members)
+				t.Fatalf("status.members = %v", ec.status()["members"])
 			}
 			for _, m := range members {
 				var pod object
-				if err := cp.Get("/api/v1/namespaces/"+ns+"/pods/"+m.(string), &pod); err != nil {
+				if err := cp.Get("/api/v1/namespaces/"+ns+"/pods/"+m, &pod); err != nil {
 					t.Errorf("member %v: %v", m, err)
 				}
-				if len(m.(string)) > 63 {
+				if len(m) > 63 {
 					t.Errorf("member name %q is longer than 63", m)
 				}
 			}
@@ -316,7 +340,7 @@ func TestManyClusters(t *testing.T) {
 func TestDeleteCluster(t *testing.T) {
 	ns := withOperator(t, "delete").ns
 	apply(t, nsClusterYAML(ns, "doomed", 3))
-	waitPhaseIn(t, ns, "doomed", "Created", 60*time.Second)
+	waitCreated(t, ns, "doomed", 60*time.Second)
 	if n := len(uidsIn(t, ns, "doomed")); n != 7 {
 		t.Fatalf("doomed has %d objects before deletion, want 7", n)
 	}
@@ -408,7 +432,7 @@ func newIsolated(t *testing.T, ns string) *isolated {
 	t.Helper()
 	iso := withOperator(t, ns)
 	apply(t, nsClusterYAML(ns, "kept", 3))
-	waitPhaseIn(t, ns, "kept", "Created", 60*time.Second)
+	waitCreated(t, ns, "kept", 60*time.Second)
 	return iso
 }
 
@@ -505,7 +529,7 @@ func TestOperatorRestart(t *testing.T) {
 	iso.counter.reset()
 	iso.startOperator(t)
 	apply(t, nsClusterYAML(iso.ns, "restart-marker", 1))
-	waitPhaseIn(t, iso.ns, "restart-marker", "Created", 60*time.Second)
+	waitCreated(t, iso.ns, "restart-marker", 60*time.Second)
 	if after := iso.keptUIDs(t); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("objects changed across the restart:\nbefore %v\nafter  %v", before, after)
 	}
@@ -526,7 +550,7 @@ func TestAPIServerRestart(t *testing.T) {
 	restartAPIServer(t)
 	iso.counter.reset()
 	apply(t, nsClusterYAML(iso.ns, "after-restart", 1))
-	waitPhaseIn(t, iso.ns, "after-restart", "Created", 90*time.Second)
+	waitCreated(t, iso.ns, "after-restart", 90*time.Second)
 	if after := iso.keptUIDs(t); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("kept's objects changed:\nbefore %v\nafter  %v", before, after)
 	}
@@ -594,7 +618,7 @@ func TestExpiredResourceVersionRelists(t *testing.T) {
 	if err := cp.StartProxy(); err != nil {
 		t.Fatal(err)
 	}
-	waitPhaseIn(t, iso.ns, "during-expiry", "Created", 90*time.Second)
+	waitCreated(t, iso.ns, "during-expiry", 90*time.Second)
 	if log := processLog(t, iso.name, 0); !strings.Contains(log, "watch position expired; listing again") {
 		t.Errorf("the operator did not take the 410 path:\n%s", log)
 	}

@@ -55,7 +55,7 @@ func TestInCluster(t *testing.T) {
 	}
 
 	apply(t, strings.Replace(clusterYAML("in-a", 1), "metadata:\n", "metadata:\n  namespace: "+ns+"\n", 1))
-	waitPhaseIn(t, ns, "in-a", "Created", 60*time.Second)
+	waitPhaseIn(t, ns, "in-a", "Running", 60*time.Second)
 	if want := fmt.Sprintf("apiServer=https://%s:443 namespace=%s", KubernetesServiceIP, ns); !strings.Contains(logOf(), want) {
 		t.Errorf("the operator did not start in-cluster (%q):\n%s", want, logOf())
 	}
@@ -104,7 +104,7 @@ func TestInCluster(t *testing.T) {
 			// Put the permission back: the retry creates the cluster.
 			apply(t, deploy)
 			waitCan(t, ns, tc.can, "yes")
-			waitPhaseIn(t, ns, name, "Created", 90*time.Second)
+			waitPhaseIn(t, ns, name, "Running", 90*time.Second)
 		})
 	}
 	token, err := os.ReadFile(fmt.Sprintf("/proc/%d/root/var/run/secrets/kubernetes.io/serviceaccount/token", operatorPID(t)))

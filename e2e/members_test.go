@@ -41,7 +41,7 @@ func TestMembersFormACluster(t *testing.T) {
 			if _, err := cp.Kubectl(tc.yaml, "apply", "-n", ns, "-f", "-"); err != nil {
 				t.Fatal(err)
 			}
-			waitPhaseIn(t, ns, tc.name, "Created", 60*time.Second)
+			waitPhaseIn(t, ns, tc.name, "Running", 60*time.Second)
 			var members []string
 			for i := range tc.size {
 				members = append(members, fmt.Sprintf("%s-%d", tc.name, i))

@@ -292,7 +292,11 @@ state = %[2]q
 	if err := os.WriteFile(filepath.Join(n.Dir, "cni", "net.d", "10-eope2e.conflist"), []byte(cni), 0o644); err != nil {
 		return err
 	}
-	if _, err := n.cp.start("containerd", "containerd", "--config="+filepath.Join(d, "config.toml")); err != nil {
+	// Every image the tests use is imported; a pull of anything else (a
+	// test's tag that does not exist) must fail here, not reach a registry:
+	// containerd's pulls go through a proxy that nothing serves.
+	noPull := []string{"HTTPS_PROXY=http://127.0.0.1:9", "HTTP_PROXY=http://127.0.0.1:9", "NO_PROXY=", "https_proxy=", "http_proxy=", "no_proxy="}
+	if _, err := n.cp.StartProcess("containerd", noPull, "containerd", "--config="+filepath.Join(d, "config.toml")); err != nil {
 		return err
 	}
 	return Eventually(60*time.Second, "containerd", func() (bool, error) {

@@ -156,8 +156,12 @@ func startExample(cp *e2e.ControlPlane, withNode bool, exampleFile string, say f
 	if _, err := cp.Kubectl("", "apply", "-f", exampleFile); err != nil {
 		return err
 	}
-	_, err = cp.WaitPhase("default", "example", "Created", 60*time.Second)
-	if err != nil || !withNode {
+	if !withNode {
+		_, err = cp.WaitCreated("default", "example", 60*time.Second)
+		return err
+	}
+	say("kubectl wait --for=condition=Available etcdcluster/example")
+	if _, err := cp.Kubectl("", "wait", "--for=condition=Available", "etcdcluster/example", "--timeout=3m"); err != nil {
 		return err
 	}
 	return e2e.Eventually(90*time.Second, "the members to be ready", func() (bool, error) {
