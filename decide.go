@@ -99,7 +99,7 @@ const (
 	actRemoveMember = "RemoveMember" // remove a member from etcd
 	actDeletePod    = "DeletePod"
 	actDeleteSvc    = "DeleteService"
-	actUpgrade      = "Upgrade" // change a member Pod's image in place
+	actUpgrade      = "Upgrade"    // change a member Pod's image in place
 	actMoveLeader   = "MoveLeader" // hand leadership to another member first
 )
 
