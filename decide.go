@@ -702,6 +702,15 @@ func (d *decision) unavailable() step {
 	answering := d.obs.Etcd.Answered
 	var msg, reason string
 	switch {
+	case answering >= quorum(size) && len(d.obs.Pods) > 0:
+		// Enough members answer, but none knows a leader: an election is
+		// under way (a leader died or stepped down). Look again soon.
+		msg = fmt.Sprintf("no leader yet: %d of %d members answer, and etcd is electing one (%s)", answering, size, d.podSummary(d.memberNames()))
+		d.st.Phase, d.st.Message = phaseDegraded, msg
+		d.setAvailable(false, "NoLeader", msg)
+		d.setProgressing(false, "NoLeader", "no membership change without a leader")
+		d.setDegraded(true, "NoLeader", msg)
+		return step{Again: pollAgain}
 	case len(d.obs.Pods) == 0:
 		reason = "DataLost"
 		msg = fmt.Sprintf("all %d members are gone and their data with them (emptyDir): etcd cannot recover by itself. Delete this EtcdCluster and create it again, then restore your data from a backup (etcdctl snapshot restore)", size)
