@@ -315,7 +315,7 @@ func TestManyClusters(t *testing.T) {
 	start := time.Now()
 	apply(t, yaml.String())
 	for i := range 50 {
-		waitPhaseIn(t, ns, fmt.Sprintf("many-%02d", i), "Created", 3*time.Minute)
+		waitCreated(t, ns, fmt.Sprintf("many-%02d", i), 3*time.Minute)
 	}
 	t.Logf("50 clusters (350 objects) created in %s", time.Since(start).Round(time.Millisecond))
 	pods := listIn(t, ns, "pods", "app%3Detcd")
