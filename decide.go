@@ -219,6 +219,7 @@ func (d *decision) bootstrap() step {
 		d.st.Members = append(d.st.Members, memberStatus{Name: m})
 	}
 	d.setAvailable(false, "NotStarted", "etcd has not answered yet")
+	d.setDegraded(false, "Creating", "")
 	if len(missing) > 0 {
 		msg := fmt.Sprintf("creating %d members: %s; clients will use Service %s-client", len(names), strings.Join(names, ", "), d.in.Base) + d.namesNote()
 		d.st.Phase, d.st.Message = phaseCreating, msg
@@ -229,8 +230,14 @@ func (d *decision) bootstrap() step {
 	msg := fmt.Sprintf("waiting for the members to start and elect a leader: %s", d.podSummary(names)) + d.namesNote()
 	d.st.Phase, d.st.Message = phaseCreating, msg
 	d.setProgressing(true, "WaitingForMembers", msg)
-	d.setDegraded(false, "", "")
-	return step{Again: pollAgain}
+	// Pods turning Ready wake the operator (the Pod watch). Once one is
+	// Ready etcd should answer: look again until it does.
+	for _, m := range names {
+		if p := d.pods[m]; p != nil && p.Ready {
+			return step{Again: pollAgain}
+		}
+	}
+	return step{}
 }
 
 // namesNote explains object names that are not the EtcdCluster's own.

@@ -631,3 +631,24 @@ func TestCrashAtEveryStep(t *testing.T) {
 		})
 	}
 }
+
+// A cluster whose Pods are not running costs nothing while it waits: the
+// Pod watch wakes the operator, no timer does. Once a Pod is Ready, etcd
+// should answer, and the operator looks again until it does.
+func TestBootstrapWaitPollsOnlyWhenAPodIsReady(t *testing.T) {
+	fresh := in(3, "v3.6.16")
+	fresh.Prev = clusterStatus{}
+	w := newWorld(3).do(func(w *world) {
+		w.obs.Etcd = etcdView{}
+		for i := range w.obs.Pods {
+			w.obs.Pods[i].Phase, w.obs.Pods[i].Ready = "Pending", false
+		}
+	})
+	if _, s := decide(fresh, w.obs); s.Action != actNone || s.Again != 0 {
+		t.Errorf("Pods pending: step %+v, want no action and no timer", s)
+	}
+	w.pod("example-0").Phase, w.pod("example-0").Ready = "Running", true
+	if _, s := decide(fresh, w.obs); s.Action != actNone || s.Again == 0 {
+		t.Errorf("a Pod Ready, etcd silent: step %+v, want a timer", s)
+	}
+}
