@@ -435,6 +435,11 @@ func (d *decision) operate() step {
 	switch {
 	case len(members) < size:
 		name := d.nextName(members)
+		if d.pods[name] != nil {
+			// The Pod of a member removed before (it is being deleted):
+			// the new member takes its name once it is gone.
+			return d.wait(d.phaseFor(name), "WaitingForPodDeletion", fmt.Sprintf("adding member %s waits for its old Pod to be gone", name))
+		}
 		return d.progress(d.phaseFor(name), "AddingMember", fmt.Sprintf("adding member %s as a learner (%d of %d members)", name, len(members)+1, size),
 			step{Action: actAddMember, Member: name,
 				EventType: eventNormal, EventReason: reasonMemberAdded, EventMessage: fmt.Sprintf("member %s added to etcd as a learner", name)})
@@ -470,7 +475,7 @@ func (d *decision) nextName(members []memberView) string {
 		used[m.member()] = true
 	}
 	for i := 0; ; i++ {
-		if n := memberName(d.in.Base, i); !used[n] && (d.pods[n] == nil || !d.pods[n].Deleting) {
+		if n := memberName(d.in.Base, i); !used[n] {
 			return n
 		}
 	}

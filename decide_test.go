@@ -149,6 +149,11 @@ func TestDecide(t *testing.T) {
 			phase: phaseDegraded, msg: "Pod example-1 is being deleted"},
 		{name: "scale up adds a learner", in: in(5, "v3.6.16"), obs: newWorld(3).obs,
 			action: actAddMember, member: "example-3", phase: phaseScaling, conds: "TTT", msg: "adding member example-3 as a learner (4 of 5 members)"},
+		{name: "scale up waits for an old Pod of the same name to be gone", in: in(3, "v3.6.16"),
+			obs: newWorld(2).do(func(w *world) {
+				w.obs.Pods = append(w.obs.Pods, podView{Name: "example-2", Phase: "Running", Deleting: true})
+			}).obs,
+			phase: phaseScaling, msg: "adding member example-2 waits for its old Pod to be gone"},
 		{name: "scale up while a member is down still adds (a learner cannot cost quorum)", in: in(5, "v3.6.16"), obs: newWorld(3).down("example-2").obs,
 			action: actAddMember, member: "example-3"},
 		{name: "an added member with no Pod gets one", in: in(5, "v3.6.16"),
