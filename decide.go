@@ -219,6 +219,7 @@ func (d *decision) bootstrap() step {
 		d.st.Members = append(d.st.Members, memberStatus{Name: m})
 	}
 	d.setAvailable(false, "NotStarted", "etcd has not answered yet")
+	d.setDegraded(false, "Creating", "")
 	if len(missing) > 0 {
 		msg := fmt.Sprintf("creating %d members: %s; clients will use Service %s-client", len(names), strings.Join(names, ", "), d.in.Base) + d.namesNote()
 		d.st.Phase, d.st.Message = phaseCreating, msg
@@ -229,8 +230,14 @@ func (d *decision) bootstrap() step {
 	msg := fmt.Sprintf("waiting for the members to start and elect a leader: %s", d.podSummary(names)) + d.namesNote()
 	d.st.Phase, d.st.Message = phaseCreating, msg
 	d.setProgressing(true, "WaitingForMembers", msg)
-	d.setDegraded(false, "", "")
-	return step{Again: pollAgain}
+	// Pods turning Ready wake the operator (the Pod watch). Once one is
+	// Ready etcd should answer: look again until it does.
+	for _, m := range names {
+		if p := d.pods[m]; p != nil && p.Ready {
+			return step{Again: pollAgain}
+		}
+	}
+	return step{}
 }
 
 // namesNote explains object names that are not the EtcdCluster's own.
@@ -428,6 +435,11 @@ func (d *decision) operate() step {
 	switch {
 	case len(members) < size:
 		name := d.nextName(members)
+		if d.pods[name] != nil {
+			// The Pod of a member removed before (it is being deleted):
+			// the new member takes its name once it is gone.
+			return d.wait(d.phaseFor(name), "WaitingForPodDeletion", fmt.Sprintf("adding member %s waits for its old Pod to be gone", name))
+		}
 		return d.progress(d.phaseFor(name), "AddingMember", fmt.Sprintf("adding member %s as a learner (%d of %d members)", name, len(members)+1, size),
 			step{Action: actAddMember, Member: name,
 				EventType: eventNormal, EventReason: reasonMemberAdded, EventMessage: fmt.Sprintf("member %s added to etcd as a learner", name)})
@@ -463,7 +475,7 @@ func (d *decision) nextName(members []memberView) string {
 		used[m.member()] = true
 	}
 	for i := 0; ; i++ {
-		if n := memberName(d.in.Base, i); !used[n] && (d.pods[n] == nil || !d.pods[n].Deleting) {
+		if n := memberName(d.in.Base, i); !used[n] {
 			return n
 		}
 	}

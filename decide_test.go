@@ -149,6 +149,11 @@ func TestDecide(t *testing.T) {
 			phase: phaseDegraded, msg: "Pod example-1 is being deleted"},
 		{name: "scale up adds a learner", in: in(5, "v3.6.16"), obs: newWorld(3).obs,
 			action: actAddMember, member: "example-3", phase: phaseScaling, conds: "TTT", msg: "adding member example-3 as a learner (4 of 5 members)"},
+		{name: "scale up waits for an old Pod of the same name to be gone", in: in(3, "v3.6.16"),
+			obs: newWorld(2).do(func(w *world) {
+				w.obs.Pods = append(w.obs.Pods, podView{Name: "example-2", Phase: "Running", Deleting: true})
+			}).obs,
+			phase: phaseScaling, msg: "adding member example-2 waits for its old Pod to be gone"},
 		{name: "scale up while a member is down still adds (a learner cannot cost quorum)", in: in(5, "v3.6.16"), obs: newWorld(3).down("example-2").obs,
 			action: actAddMember, member: "example-3"},
 		{name: "an added member with no Pod gets one", in: in(5, "v3.6.16"),
@@ -629,5 +634,26 @@ func TestCrashAtEveryStep(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A cluster whose Pods are not running costs nothing while it waits: the
+// Pod watch wakes the operator, no timer does. Once a Pod is Ready, etcd
+// should answer, and the operator looks again until it does.
+func TestBootstrapWaitPollsOnlyWhenAPodIsReady(t *testing.T) {
+	fresh := in(3, "v3.6.16")
+	fresh.Prev = clusterStatus{}
+	w := newWorld(3).do(func(w *world) {
+		w.obs.Etcd = etcdView{}
+		for i := range w.obs.Pods {
+			w.obs.Pods[i].Phase, w.obs.Pods[i].Ready = "Pending", false
+		}
+	})
+	if _, s := decide(fresh, w.obs); s.Action != actNone || s.Again != 0 {
+		t.Errorf("Pods pending: step %+v, want no action and no timer", s)
+	}
+	w.pod("example-0").Phase, w.pod("example-0").Ready = "Running", true
+	if _, s := decide(fresh, w.obs); s.Action != actNone || s.Again == 0 {
+		t.Errorf("a Pod Ready, etcd silent: step %+v, want a timer", s)
 	}
 }
