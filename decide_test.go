@@ -657,3 +657,28 @@ func TestBootstrapWaitPollsOnlyWhenAPodIsReady(t *testing.T) {
 		t.Errorf("a Pod Ready, etcd silent: step %+v, want a timer", s)
 	}
 }
+
+// A restart over clusters whose Pods never run (no node, or unschedulable)
+// costs the list pages and nothing else: their status says they wait for
+// their members, and only the Pod watch can change that.
+func TestRestartOverWaitingClustersIsFree(t *testing.T) {
+	f := newFakeAPI(t)
+	f.disableNode()
+	f.putCluster("default", "example", size(3))
+	op := startOperator(t, f)
+	waitStatus(f, "example", "waiting for its members", func(st clusterStatus) bool {
+		p, _ := st.condition(condProgressing)
+		return p.Reason == "WaitingForMembers"
+	})
+	op.stop()
+	mark := f.requestCount()
+	startOperator(t, f)
+	f.putCluster("default", "marker", size(1))
+	waitStatus(f, "marker", "waiting for its members", func(st clusterStatus) bool {
+		p, _ := st.condition(condProgressing)
+		return p.Reason == "WaitingForMembers"
+	})
+	if reqs := mentioning(f.requestsSince(mark), "example"); len(reqs) > 0 {
+		t.Errorf("the restart sent requests about a cluster that waits for its Pods: %v", reqs)
+	}
+}

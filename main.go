@@ -299,12 +299,13 @@ func expectation(st clusterStatus) string {
 
 // settled reports a status that needs no pass when its cluster is replayed
 // (after a restart, a relist, or the operator's own status write): it
-// describes the current spec and no step is under way. A change of its
-// Pods is noticed through the Pod watch.
+// describes the current spec and no step is under way, or the only thing
+// awaited is its Pods starting. A change of its Pods is noticed through the
+// Pod watch.
 func settled(ec *EtcdCluster) bool {
 	st := ec.status()
 	p, ok := st.condition(condProgressing)
-	return st.ObservedGeneration == ec.Metadata.Generation && ok && p.Status == "False"
+	return st.ObservedGeneration == ec.Metadata.Generation && ok && (p.Status == "False" || p.Reason == "WaitingForMembers")
 }
 
 // handle reconciles one queued cluster, first reading it again if asked.
