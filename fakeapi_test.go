@@ -696,3 +696,24 @@ func toInt(v any) int {
 	}
 	return 0
 }
+
+// collectGarbage deletes the Pods and Services an EtcdCluster owned, as
+// Kubernetes' garbage collector does after the cluster is deleted.
+func (f *fakeAPI) collectGarbage(ns, cluster string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for key, obj := range f.objects {
+		resource, rest, _ := strings.Cut(key, "/")
+		objNS, name, _ := strings.Cut(rest, "/")
+		owners, _ := obj["metadata"].(map[string]any)["ownerReferences"].([]any)
+		if objNS != ns || len(owners) == 0 || owners[0].(map[string]any)["name"] != cluster {
+			continue
+		}
+		if resource == "pods" {
+			f.deletePodLocked(ns, name)
+		} else {
+			delete(f.objects, key)
+			f.notify()
+		}
+	}
+}
