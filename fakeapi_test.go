@@ -51,6 +51,8 @@ type fakeAPI struct {
 	lagLearners bool
 	podHistory  []watchEvent
 	podStreams  []chan []byte
+	// bookmarkRV is the resourceVersion of the last bookmark sent.
+	bookmarkRV string
 	// fault, when set, may answer a request instead of the fake: it returns
 	// the HTTP code (0: no fault), a Retry-After value and a Status message.
 	fault func(r request) (code int, retryAfter, message string)
@@ -262,6 +264,22 @@ func (f *fakeAPI) sendRaw(b string) {
 	for _, s := range f.streams {
 		s <- []byte(b)
 	}
+}
+
+// bookmark is other objects changing (the resourceVersion moves on) and
+// the server sending a BOOKMARK with the new position to every open watch
+// of clusters, as it does for a watch with allowWatchBookmarks. It
+// returns that resourceVersion.
+func (f *fakeAPI) bookmark() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rv := f.nextRV()
+	line := append(mustJSON(map[string]any{"type": "BOOKMARK", "object": map[string]any{
+		"kind": kind, "apiVersion": apiVersion, "metadata": map[string]any{"resourceVersion": rv}}}), '\n')
+	for _, s := range f.streams {
+		s <- line
+	}
+	return rv
 }
 
 // closeStreams ends every open watch, as the API server does after its

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -336,6 +337,10 @@ func TestCreatesCluster(t *testing.T) {
 
 	client := f.object("services", "default", "example-client")
 	checkMeta(client, map[string]any{"app": "etcd", "etcd.coreos.com/cluster": "example"})
+	// Clients go to members that can serve: only ready ones.
+	if p, ok := client["spec"].(map[string]any)["publishNotReadyAddresses"]; ok && p != false {
+		t.Errorf("client service publishes not-ready addresses")
+	}
 	if sel := client["spec"].(map[string]any)["selector"]; !jsonEqual(sel, map[string]any{"app": "etcd", "etcd.coreos.com/cluster": "example"}) {
 		t.Errorf("client service selector = %v", sel)
 	}
@@ -584,6 +589,8 @@ func TestInvalidSpecs(t *testing.T) {
 		{"size-fraction", map[string]any{"size": 2.5}, "spec.size must be a whole number from 1 to 7, not 2.5"},
 		{"size-zero", size(0), "spec.size must be a whole number from 1 to 7, not 0"},
 		{"size-too-big", size(9), "spec.size must be a whole number from 1 to 7, not 9"},
+		{"size-eight", size(8), "spec.size must be a whole number from 1 to 7, not 8"},
+		{"size-negative", size(-1), "spec.size must be a whole number from 1 to 7, not -1"},
 		{"version-number", map[string]any{"size": 1, "version": 3.6}, "spec.version must be a string, not 3.6"},
 		{"version-not-a-tag", map[string]any{"size": 1, "version": "3.6 latest"}, `spec.version "3.6 latest" is not a valid image tag`},
 	}
@@ -748,6 +755,11 @@ func TestWatchResumes(t *testing.T) {
 		wantLists int
 	}{
 		{name: "end of stream", interrupt: func(f *fakeAPI) { f.closeStreams() }, wantLists: 1},
+		{name: "bookmark, then end of stream", wantLists: 1, interrupt: func(f *fakeAPI) {
+			// Other objects changed; the server says where the watch is now.
+			f.bookmarkRV = f.bookmark()
+			f.closeStreams()
+		}},
 		{name: "event cut in the middle", wantLists: 1, interrupt: func(f *fakeAPI) {
 			f.sendRaw(`{"type":"ADDED","object":{"apiVersion":"coreos.com/v1","kind":"EtcdCluster","metadata":{"name":"half","namespace":"default","resourceVersion":"999"},"spec":{"si`)
 			f.closeStreams()
@@ -759,13 +771,13 @@ func TestWatchResumes(t *testing.T) {
 		}},
 		{name: "410 answer to the watch", wantLists: 2, interrupt: func(f *fakeAPI) {
 			var once sync.Once
-			f.fault = func(r request) (int, string, string) {
+			f.setFault(func(r request) (int, string, string) {
 				code := 0
 				if r.Query.Get("watch") != "" {
 					once.Do(func() { code = http.StatusGone })
 				}
 				return code, "", "too old resource version"
-			}
+			})
 			f.closeStreams()
 		}},
 	} {
@@ -798,8 +810,8 @@ func TestWatchResumes(t *testing.T) {
 			if len(lists) != tc.wantLists {
 				t.Errorf("%d lists, want %d", len(lists), tc.wantLists)
 			}
-			if tc.wantLists == 1 && rewatch[1] != last.Metadata.ResourceVersion {
-				t.Errorf("re-watched from resourceVersion %s, want %s (the last complete event)", rewatch[1], last.Metadata.ResourceVersion)
+			if want := cmp.Or(f.bookmarkRV, last.Metadata.ResourceVersion); tc.wantLists == 1 && rewatch[1] != want {
+				t.Errorf("re-watched from resourceVersion %s, want %s (the last complete event or bookmark)", rewatch[1], want)
 			}
 			if got := f.objectNames("pods"); !slices.Equal(got, []string{"after-0", "example-0", "example-1", "example-2"}) {
 				t.Errorf("pods = %v", got)
@@ -1285,5 +1297,104 @@ func TestEventQueueFullDropsQuietly(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "droppedSoFar=200") {
 		t.Errorf("the log does not count the drops:\n%s", logs.String())
+	}
+}
+
+// The stall bound is for silence, not for the length of a watch: every
+// byte that arrives pushes it back, so a stream that sends something more
+// often than the bound, for longer than the bound, is kept.
+func TestSlowWatchIsNotStalled(t *testing.T) {
+	f := newFakeAPI(t)
+	const stall = time.Second
+	c := newClient(f.srv.URL, nil)
+	w := &watcher[*EtcdCluster]{client: c, path: clustersPath("default"), decode: clusterRV, stall: stall, pageSize: 10, log: slog.New(slog.DiscardHandler)}
+	type result struct {
+		rv  string
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rv, n, err := w.watch(context.Background(), "100", make(chan event[*EtcdCluster]))
+		done <- result{rv, n, err}
+	}()
+	f.waitFor("the watch", func() bool { return len(f.streams) == 1 })
+	// A bookmark every tenth of the bound, for more than twice the bound.
+	tick := time.NewTicker(stall / 10)
+	defer tick.Stop()
+	start, sent, last := time.Now(), 0, ""
+	for time.Since(start) < 2*stall+stall/5 {
+		select {
+		case <-tick.C:
+			last = f.bookmark()
+			sent++
+		case r := <-done:
+			t.Fatalf("the watch ended after %v while data kept coming: %v", time.Since(start).Round(time.Millisecond), r.err)
+		}
+	}
+	f.closeStreams()
+	r := <-done
+	if r.err != nil || r.n != sent || r.rv != last {
+		t.Errorf("watch = rv %s, %d events, %v; want rv %s, %d events, no error", r.rv, r.n, r.err, last, sent)
+	}
+}
+
+// parseSpec accepts exactly the sizes 1 to 7, whole numbers, and a version
+// that is an image tag (the default when none is given).
+func TestParseSpecBounds(t *testing.T) {
+	for _, tc := range []struct {
+		raw  string
+		want clusterSpec // zero: refused
+	}{
+		{`{"size":0}`, clusterSpec{}},
+		{`{"size":1}`, clusterSpec{Size: 1, Version: defaultVersion}},
+		{`{"size":7}`, clusterSpec{Size: 7, Version: defaultVersion}},
+		{`{"size":8}`, clusterSpec{}},
+		{`{"size":3,"version":"v3.7.3"}`, clusterSpec{Size: 3, Version: "v3.7.3"}},
+		{`{"size":3,"version":null}`, clusterSpec{Size: 3, Version: defaultVersion}},
+		{`{"size":3,"version":""}`, clusterSpec{}},
+		{`{"size":3,"version":"-x"}`, clusterSpec{}},
+		{`{"size":3,"version":"` + strings.Repeat("a", 128) + `"}`, clusterSpec{Size: 3, Version: strings.Repeat("a", 128)}},
+		{`{"size":3,"version":"` + strings.Repeat("a", 129) + `"}`, clusterSpec{}},
+		{`{"size":3.0}`, clusterSpec{}},
+		{`{"size":"3"}`, clusterSpec{}},
+		{`{"size":1e0}`, clusterSpec{}},
+	} {
+		got, err := parseSpec(json.RawMessage(tc.raw))
+		if got != tc.want || (err == nil) != (tc.want != clusterSpec{}) {
+			t.Errorf("parseSpec(%s) = %+v, %v; want %+v", tc.raw, got, err, tc.want)
+		}
+	}
+}
+
+// Events have a rate limit of their own, 10 a second after a burst of 25,
+// whatever the client's -qps allows: the first 25 go at once, the next
+// ones a tenth of a second apart.
+func TestEventRateLimit(t *testing.T) {
+	f := newFakeAPI(t)
+	r := newRecorder(newClient(f.srv.URL, nil), slog.New(slog.DiscardHandler)) // a client with no limit
+	ec := &EtcdCluster{Metadata: objectMeta{Name: "example", Namespace: "default", UID: "u"}}
+	const n = 30
+	for i := range n {
+		r.record(ec, eventNormal, reasonMemberCreated, fmt.Sprint(i))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); r.run(ctx) }()
+	defer func() { cancel(); <-stopped }()
+	f.waitFor(fmt.Sprint(n, " events"), func() bool { return len(f.events) == n })
+	var at []time.Time
+	for _, req := range f.requestsSince(0) {
+		if req.Method == "POST" && strings.HasSuffix(req.Path, "/events") {
+			at = append(at, req.At)
+		}
+	}
+	burst, paced := at[24].Sub(at[0]), at[n-1].Sub(at[24])
+	// 5 after the burst at 10/s: 500ms, less a little for the clock.
+	if paced < 450*time.Millisecond {
+		t.Errorf("events 26 to %d took %v; at 10/s they take 500ms", n, paced)
+	}
+	if burst >= paced {
+		t.Errorf("the first 25 events took %v, the next 5 %v; want the 25 at once", burst, paced)
 	}
 }
