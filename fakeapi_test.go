@@ -715,16 +715,16 @@ func toInt(v any) int {
 	return 0
 }
 
-// collectGarbage deletes the Pods and Services an EtcdCluster owned, as
-// Kubernetes' garbage collector does after the cluster is deleted.
-func (f *fakeAPI) collectGarbage(ns, cluster string) {
+// collectGarbage deletes the Pods and Services of the deleted EtcdCluster
+// with the given uid, as Kubernetes' garbage collector does.
+func (f *fakeAPI) collectGarbage(ns, uid string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for key, obj := range f.objects {
 		resource, rest, _ := strings.Cut(key, "/")
 		objNS, name, _ := strings.Cut(rest, "/")
 		owners, _ := obj["metadata"].(map[string]any)["ownerReferences"].([]any)
-		if objNS != ns || len(owners) == 0 || owners[0].(map[string]any)["name"] != cluster {
+		if objNS != ns || len(owners) == 0 || owners[0].(map[string]any)["uid"] != uid {
 			continue
 		}
 		if resource == "pods" {
@@ -734,4 +734,10 @@ func (f *fakeAPI) collectGarbage(ns, cluster string) {
 			f.notify()
 		}
 	}
+}
+
+func (f *fakeAPI) clusterUID(ns, name string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.clusters[ns+"/"+name]["metadata"].(map[string]any)["uid"].(string)
 }

@@ -302,7 +302,16 @@ func (f *fakeAPI) deletePodLocked(ns, name string) {
 	delete(f.procs, podKey(ns, name))
 	pod["metadata"].(map[string]any)["resourceVersion"] = f.nextRV()
 	f.emitPodLocked("DELETED", pod)
-	f.syncPodsLocked(ns, pod["metadata"].(map[string]any)["labels"].(map[string]any)[labelCluster].(string))
+	base := pod["metadata"].(map[string]any)["labels"].(map[string]any)[labelCluster].(string)
+	f.syncPodsLocked(ns, base)
+	// The data was on the Pods' emptyDirs: with the last Pod the etcd
+	// cluster is gone.
+	for key := range f.objects {
+		if strings.HasPrefix(key, "pods/"+ns+"/") && f.objects[key]["metadata"].(map[string]any)["labels"].(map[string]any)[labelCluster] == base {
+			return
+		}
+	}
+	delete(f.etcds, ns+"/"+base)
 }
 
 // etcdMembers describes a cluster's etcd members: "name" for a voter,

@@ -452,11 +452,12 @@ func TestModifiedAndDeleted(t *testing.T) {
 		{name: "same spec (a label change)", change: func(f *fakeAPI, _ *operator) { f.putCluster("default", "example", size(3)) }},
 		{name: "deleted", change: func(f *fakeAPI, _ *operator) { f.deleteCluster("default", "example") }},
 		{name: "deleted, then its objects garbage-collected", change: func(f *fakeAPI, op *operator) {
+			uid := f.clusterUID("default", "example")
 			f.deleteCluster("default", "example")
 			// The collector acts on the deletion, as the operator does:
 			// its Pods go once the operator has seen the cluster go.
 			op.waitLog("cluster deleted")
-			f.collectGarbage("default", "example")
+			f.collectGarbage("default", uid)
 		}},
 		{
 			name: "version downgraded",
@@ -1396,5 +1397,162 @@ func TestEventRateLimit(t *testing.T) {
 	}
 	if burst >= paced {
 		t.Errorf("the first 25 events took %v, the next 5 %v; want the 25 at once", burst, paced)
+	}
+}
+
+// A failed cluster is retried after a delay of its own that doubles from
+// 1s up to 5 minutes; the retry reads the cluster again first. A success,
+// or the cluster's deletion, starts the delay over; other clusters' delays
+// are their own.
+func TestRetryBackoff(t *testing.T) {
+	var logs syncBuffer
+	var mu sync.Mutex
+	failing := map[string]bool{}
+	handle := func(_ context.Context, it item) (*EtcdCluster, time.Duration, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if failing[it.cluster.Metadata.Name] {
+			return it.cluster, 0, errors.New("refused")
+		}
+		return it.cluster, 0, nil
+	}
+	q := newQueue(2, handle, slog.New(slog.NewTextHandler(&logs, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cluster := func(name string) *EtcdCluster {
+		return &EtcdCluster{Metadata: objectMeta{Namespace: "default", Name: name, UID: "uid-" + name, Generation: 1}}
+	}
+	delay := regexp.MustCompile(`msg="retrying later" cluster=default/(\w+) in=(\S+)`)
+	// pass handles name once, as a retry would, and returns the delay
+	// before the next try ("" if none).
+	pass := func(name string, fails bool) string {
+		t.Helper()
+		mu.Lock()
+		failing[name] = fails
+		mu.Unlock()
+		before := len(logs.String())
+		q.add(ctx, item{cluster: cluster(name), refresh: true})
+		q.wait()
+		for _, m := range delay.FindAllStringSubmatch(logs.String()[before:], -1) {
+			if m[1] == name {
+				return m[2]
+			}
+		}
+		return ""
+	}
+	start := time.Now()
+	var got []string
+	for range 11 {
+		got = append(got, pass("a", true))
+	}
+	want := []string{"1s", "2s", "4s", "8s", "16s", "32s", "1m4s", "2m8s", "4m16s", "5m0s", "5m0s"}
+	if !slices.Equal(got, want) {
+		t.Errorf("delays after 1 to 11 failures = %v, want %v", got, want)
+	}
+	if d := pass("b", true); d != "1s" {
+		t.Errorf("another cluster's first failure: retry in %s, want 1s", d)
+	}
+	if d := pass("a", false); d != "" {
+		t.Errorf("a success is retried in %s", d)
+	}
+	if d := pass("a", true); d != "1s" {
+		t.Errorf("a failure after a success: retry in %s, want 1s", d)
+	}
+	pass("a", true)
+	q.forget(cluster("a"))
+	q.mu.Lock()
+	_, kept := q.handled[uidOf(cluster("a"))]
+	q.mu.Unlock()
+	if kept {
+		t.Error("the queue keeps the generation of a deleted cluster")
+	}
+	if d := pass("a", true); d != "1s" {
+		t.Errorf("a failure after the cluster was deleted and made again: retry in %s, want 1s", d)
+	}
+
+	// The first retries come back to the control loop after 1s, marked to
+	// read the cluster again.
+	select {
+	case it := <-q.retries:
+		if !it.refresh {
+			t.Errorf("retry of %s does not read the cluster again", it.cluster.key())
+		}
+		if d := time.Since(start); d < time.Second {
+			t.Errorf("retried after %v, before its 1s", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no retry within 10s")
+	}
+}
+
+// about returns the requests, Events excepted, whose path, query or body
+// name the cluster.
+func about(reqs []request, name string) []string {
+	var out []string
+	for _, r := range reqs {
+		if strings.HasSuffix(r.Path, "/events") {
+			continue
+		}
+		if strings.Contains(r.Path, name) || strings.Contains(r.Query.Encode(), name) || strings.Contains(r.Body, `"`+name) {
+			out = append(out, r.Method+" "+r.Path)
+		}
+	}
+	return out
+}
+
+// A retry acts on the cluster as it is, not as it was when it failed: one
+// deleted while its retry waits is read again, found gone, and left alone.
+func TestRetryReadsTheClusterAgain(t *testing.T) {
+	f := newFakeAPI(t)
+	f.setFault(func(r request) (int, string, string) {
+		if r.Method == "POST" && strings.HasSuffix(r.Path, "/pods") {
+			return http.StatusForbidden, "", "pods is forbidden"
+		}
+		return 0, "", ""
+	})
+	f.putCluster("default", "example", size(1))
+	startOperator(t, f)
+	waitPhase(f, "example", phaseFailed)
+	mark := f.requestCount()
+	f.deleteCluster("default", "example")
+	f.waitFor("the retry", func() bool { return len(about(f.requests[mark:], "example")) > 0 })
+	want := []string{"GET /apis/coreos.com/v1/namespaces/default/etcdclusters/example"}
+	if got := about(f.requestsSince(mark), "example"); !slices.Equal(got, want) {
+		t.Errorf("the retry after the cluster was deleted sent %v, want only %v", got, want)
+	}
+}
+
+// Objects of a deleted EtcdCluster may outlive it for a while (the garbage
+// collector has not removed them yet). A new EtcdCluster of the same name
+// (another uid) does not take them for its own: it is Failed, with the
+// object named, and is created anew, with a new etcd cluster, once they are
+// gone.
+func TestRecreatedClusterOfTheSameName(t *testing.T) {
+	f := newFakeAPI(t)
+	f.putCluster("default", "example", size(1))
+	op := startOperator(t, f)
+	old := statusOf(waitPhase(f, "example", phaseRunning))
+	oldUID := f.clusterUID("default", "example")
+	f.deleteCluster("default", "example")
+	op.waitLog("cluster deleted")
+	f.putCluster("default", "example", size(1))
+	newUID := f.clusterUID("default", "example")
+
+	st := statusOf(waitPhase(f, "example", phaseFailed))
+	if want := "create service/example-0: the name is taken by an object this EtcdCluster does not own"; !strings.Contains(st.Message, want) {
+		t.Errorf("status.message = %q, want %q", st.Message, want)
+	}
+	f.collectGarbage("default", oldUID)
+	st = waitStatus(f, "example", "Running anew", running(1))
+	if st.ClusterID == "" || st.ClusterID == old.ClusterID {
+		t.Errorf("cluster ID %q, want a new one (the old cluster's was %s)", st.ClusterID, old.ClusterID)
+	}
+	for _, r := range []string{"services", "pods"} {
+		for _, n := range f.objectNames(r) {
+			owners := f.object(r, "default", n)["metadata"].(map[string]any)["ownerReferences"].([]any)
+			if uid := owners[0].(map[string]any)["uid"]; uid != newUID {
+				t.Errorf("%s %s is owned by %v, want the new cluster %s", r, n, uid, newUID)
+			}
+		}
 	}
 }
