@@ -1556,3 +1556,238 @@ func TestRecreatedClusterOfTheSameName(t *testing.T) {
 		}
 	}
 }
+
+// loop runs the control loop alone on events a test hands it, one at a
+// time and in order, against a fake API server. A pass for a cluster the
+// fake does not hold costs one GET (404) when it reads the cluster first,
+// more when it acts on the event's object.
+type loop struct {
+	clusters   chan event[*EtcdCluster]
+	pods       chan event[podEvent]
+	synced     chan struct{}
+	podsSynced chan struct{}
+	done       chan struct{}
+	finishOnce sync.Once
+}
+
+func startLoop(t *testing.T, f *fakeAPI) *loop {
+	t.Helper()
+	c := newClient(f.srv.URL, nil)
+	log := slog.New(slog.DiscardHandler)
+	ctl := &controller{client: c, log: log, image: repo, events: newRecorder(c, log)}
+	l := &loop{clusters: make(chan event[*EtcdCluster]), pods: make(chan event[podEvent]),
+		synced: make(chan struct{}), podsSynced: make(chan struct{}), done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { defer close(l.done); ctl.run(ctx, l.clusters, l.pods, l.synced, l.podsSynced, 1) }()
+	t.Cleanup(func() { l.finish(); cancel() })
+	return l
+}
+
+// finish ends the watches' channels and waits until the loop and its
+// workers are done: every pass the events started has been made.
+func (l *loop) finish() {
+	l.finishOnce.Do(func() {
+		close(l.clusters)
+		close(l.pods)
+	})
+	<-l.done
+}
+
+func (l *loop) cluster(typ, name string, gen int64, st clusterStatus) {
+	raw := mustJSON(st)
+	l.clusters <- event[*EtcdCluster]{Type: typ, Object: &EtcdCluster{
+		Metadata: objectMeta{Namespace: "default", Name: name, UID: "uid-" + name, Generation: gen},
+		Spec:     json.RawMessage(`{"size":3}`), Status: raw}}
+}
+
+func (l *loop) pod(typ, cluster, name string, ready bool) {
+	l.pods <- event[podEvent]{Type: typ, Object: podEvent{Namespace: "default", Name: name, Cluster: cluster, Ready: ready}}
+}
+
+// settledStatus is a status with nothing to do for generation gen, whose
+// members are "+name" (ready) or "-name".
+func settledStatus(gen int64, members ...string) clusterStatus {
+	st := clusterStatus{ObservedGeneration: gen, Phase: phaseRunning,
+		Conditions: []condition{{Type: condProgressing, Status: "False", Reason: "Idle"}}}
+	for _, m := range members {
+		st.Members = append(st.Members, memberStatus{Name: m[1:], Ready: m[0] == '+'})
+	}
+	return st
+}
+
+// The control loop looks at a cluster when a Pod disagrees with what its
+// status says, and only then; the operator's own late status writes and a
+// deleted cluster's leftovers cost nothing.
+func TestControlLoop(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, f *fakeAPI, l *loop)
+		want map[string]int // requests about each cluster
+	}{
+		{name: "Pods as the status says", want: map[string]int{"example": 0}, run: func(t *testing.T, f *fakeAPI, l *loop) {
+			l.cluster("ADDED", "example", 1, settledStatus(1, "+example-0", "-example-1"))
+			close(l.synced)
+			l.pod("ADDED", "example", "example-0", true)
+			l.pod("ADDED", "example", "example-1", false)
+		}},
+		{name: "a Pod turns unready", want: map[string]int{"example": 1}, run: func(t *testing.T, f *fakeAPI, l *loop) {
+			l.cluster("ADDED", "example", 1, settledStatus(1, "+example-0"))
+			close(l.synced)
+			l.pod("MODIFIED", "example", "example-0", false)
+		}},
+		{name: "a Pod turns ready", want: map[string]int{"example": 1}, run: func(t *testing.T, f *fakeAPI, l *loop) {
+			l.cluster("ADDED", "example", 1, settledStatus(1, "-example-0"))
+			close(l.synced)
+			l.pod("MODIFIED", "example", "example-0", true)
+		}},
+		{name: "a listed Pod is deleted", want: map[string]int{"example": 1}, run: func(t *testing.T, f *fakeAPI, l *loop) {
+			l.cluster("ADDED", "example", 1, settledStatus(1, "-example-0"))
+			close(l.synced)
+			l.pod("DELETED", "example", "example-0", false)
+		}},
+		{name: "a Pod the status does not list, not ready, or deleted", want: map[string]int{"example": 0}, run: func(t *testing.T, f *fakeAPI, l *loop) {
+			// A new member's Pod before the status that lists it; a
+			// removed member's Pod after the status that dropped it.
+			l.cluster("ADDED", "example", 1, settledStatus(1, "+example-0"))
+			close(l.synced)
+			l.pod("ADDED", "example", "example-1", false)
+			l.pod("DELETED", "example", "example-2", false)
+		}},
+		{name: "a Pod the status does not list, ready", want: map[string]int{"example": 1}, run: func(t *testing.T, f *fakeAPI, l *loop) {
+			l.cluster("ADDED", "example", 1, settledStatus(1, "+example-0"))
+			close(l.synced)
+			l.pod("MODIFIED", "example", "example-1", true)
+		}},
+		{name: "a Pod of no cluster", want: map[string]int{"": 0}, run: func(t *testing.T, f *fakeAPI, l *loop) {
+			close(l.synced)
+			l.pod("MODIFIED", "", "stray", true)
+		}},
+		{name: "a deleted cluster's Pods are collected", want: map[string]int{"example": 0}, run: func(t *testing.T, f *fakeAPI, l *loop) {
+			l.cluster("ADDED", "example", 1, settledStatus(1, "+example-0", "+example-1"))
+			close(l.synced)
+			l.cluster("DELETED", "example", 1, settledStatus(1, "+example-0", "+example-1"))
+			l.pod("DELETED", "example", "example-0", false)
+			l.pod("DELETED", "example", "example-1", false)
+		}},
+		{name: "the operator's own earlier status write, late", want: map[string]int{"example": 0}, run: func(t *testing.T, f *fakeAPI, l *loop) {
+			l.cluster("ADDED", "example", 2, settledStatus(2, "+example-0"))
+			creating := settledStatus(2, "-example-0")
+			creating.Phase, creating.Conditions[0].Status = phaseCreating, "True"
+			l.cluster("MODIFIED", "example", 2, creating)
+		}},
+		{name: "a listed Pod gone while the operator was down", want: map[string]int{"example": 1, "fine": 0}, run: func(t *testing.T, f *fakeAPI, l *loop) {
+			// example-1's Pod was deleted while the operator was down: no
+			// event will ever say so; the Pod list, complete, does.
+			l.cluster("ADDED", "example", 1, settledStatus(1, "+example-0", "+example-1"))
+			l.cluster("ADDED", "fine", 1, settledStatus(1, "+fine-0", "-fine-1"))
+			close(l.synced)
+			l.pod("ADDED", "example", "example-0", true)
+			l.pod("ADDED", "fine", "fine-0", true)
+			l.pod("ADDED", "fine", "fine-1", false)
+			close(l.podsSynced)
+			f.waitFor("the pass the Pod list calls for", func() bool { return len(about(f.requests, "example")) == 1 })
+		}},
+		{name: "events queued behind a pass of a cluster then deleted", want: map[string]int{"example": 1}, run: func(t *testing.T, f *fakeAPI, l *loop) {
+			release := make(chan struct{})
+			f.setFault(func(r request) (int, string, string) {
+				if r.Method == "GET" && strings.HasSuffix(r.Path, "/etcdclusters/example") {
+					select {
+					case <-release:
+					case <-r.Ctx.Done():
+					}
+				}
+				return 0, "", ""
+			})
+			close(l.synced)
+			l.pod("MODIFIED", "example", "example-0", true) // a pass, which hangs
+			f.waitFor("the pass", func() bool { return len(about(f.requests, "example")) == 1 })
+			l.cluster("MODIFIED", "example", 2, clusterStatus{}) // a new spec: queued behind it
+			l.cluster("DELETED", "example", 2, clusterStatus{})
+			close(release)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeAPI(t)
+			l := startLoop(t, f)
+			tc.run(t, f, l)
+			l.finish()
+			reqs := f.requestsSince(0)
+			for name, want := range tc.want {
+				got := about(reqs, name) // "": every request
+				if len(got) != want {
+					t.Errorf("requests about %q: %v, want %d", name, got, want)
+				}
+			}
+		})
+	}
+}
+
+// The queue never runs two passes of one cluster at once: events that
+// arrive during a pass wait, folded into the newest, and are dropped when
+// the pass handled their generation already (the operator's own status
+// writes, coming back). A request to read the cluster again is never
+// dropped.
+func TestQueueFoldsAndDrops(t *testing.T) {
+	ec := func(gen int64) *EtcdCluster {
+		return &EtcdCluster{Metadata: objectMeta{Namespace: "default", Name: "a", UID: "uid-a", Generation: gen}}
+	}
+	for _, tc := range []struct {
+		name   string
+		during []item // added while the first pass (of generation 1) runs
+		after  []item // added once it is done
+		want   []string
+	}{
+		{name: "nothing else", want: []string{"1"}},
+		{name: "its own generation, during the pass", during: []item{{cluster: ec(1)}}, want: []string{"1"}},
+		{name: "its own generation, after the pass", after: []item{{cluster: ec(1)}}, want: []string{"1"}},
+		{name: "a new generation", during: []item{{cluster: ec(2)}}, want: []string{"1", "2"}},
+		{name: "folded into the newest", during: []item{{cluster: ec(2)}, {cluster: ec(3)}}, want: []string{"1", "3"}},
+		{name: "a new generation after the pass", after: []item{{cluster: ec(2)}}, want: []string{"1", "2"}},
+		{name: "read again, during the pass", during: []item{{cluster: ec(1), refresh: true}}, want: []string{"1", "1 refresh"}},
+		{name: "read again, after the pass", after: []item{{cluster: ec(1), refresh: true}}, want: []string{"1", "1 refresh"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var calls []string
+			running, most := 0, 0
+			started, release := make(chan struct{}, 10), make(chan struct{})
+			handle := func(_ context.Context, it item) (*EtcdCluster, time.Duration, error) {
+				mu.Lock()
+				s := fmt.Sprint(it.cluster.Metadata.Generation)
+				if it.refresh {
+					s += " refresh"
+				}
+				calls = append(calls, s)
+				running++
+				most = max(most, running)
+				first := len(calls) == 1
+				mu.Unlock()
+				started <- struct{}{}
+				if first {
+					<-release
+				}
+				mu.Lock()
+				running--
+				mu.Unlock()
+				return it.cluster, 0, nil
+			}
+			q := newQueue(4, handle, slog.New(slog.DiscardHandler))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			q.add(ctx, item{cluster: ec(1)})
+			<-started
+			for _, it := range tc.during {
+				q.add(ctx, it)
+			}
+			close(release)
+			q.wait()
+			for _, it := range tc.after {
+				q.add(ctx, it)
+			}
+			q.wait()
+			if !slices.Equal(calls, tc.want) || most > 1 {
+				t.Errorf("passes (generation) = %v, %d at once at most; want %v, one at a time", calls, most, tc.want)
+			}
+		})
+	}
+}
