@@ -99,6 +99,7 @@ func TestDecide(t *testing.T) {
 		obs    observed
 		action string // the step's action; "" for none
 		member string // the member acted on
+		image  string // the step's image, if set
 		phase  string
 		ready  string
 		// conditions: Available, Progressing, Degraded as "TFT"; "" to skip
@@ -137,7 +138,7 @@ func TestDecide(t *testing.T) {
 			obs:    newWorld(5).noPod("example-3", "example-4").do(func(w *world) { w.obs.Etcd.Members = w.obs.Etcd.Members[:4] }).do(func(w *world) { w.obs.Services = w.obs.Services[:5] }).obs,
 			action: actAddMember, member: "example-4"},
 		{name: "a Pod being deleted is waited for", in: in(3, "v3.6.16"), obs: newWorld(3).do(func(w *world) { w.pod("example-1").Deleting = true }).obs,
-			phase: phaseDegraded, msg: "Pod example-1 is being deleted"},
+			phase: phaseDegraded, ready: "2/3", msg: "Pod example-1 is being deleted"},
 		{name: "scale up adds a learner", in: in(5, "v3.6.16"), obs: newWorld(3).obs,
 			action: actAddMember, member: "example-3", phase: phaseScaling, conds: "TTT", msg: "adding member example-3 as a learner (4 of 5 members)"},
 		{name: "scale up while a member is down still adds (a learner cannot cost quorum)", in: in(5, "v3.6.16"), obs: newWorld(3).down("example-2").obs,
@@ -154,7 +155,7 @@ func TestDecide(t *testing.T) {
 			action: actRemoveMember, member: "example-3", msg: "never started"},
 		{name: "a started learner is promoted", in: in(4, "v3.6.16"),
 			obs:    newWorld(4).do(func(w *world) { w.member("example-3").Learner = true; w.pod("example-3").Ready = false }).obs,
-			action: actPromote, member: "example-3", msg: "promoting learner example-3"},
+			action: actPromote, member: "example-3", ready: "3/4", msg: "promoting learner example-3"},
 		{name: "a learner that does not answer is waited for", in: in(4, "v3.6.16"),
 			obs:   newWorld(4).do(func(w *world) { w.member("example-3").Learner = true }).down("example-3").obs,
 			phase: phaseScaling, msg: "waiting for learner example-3 to start"},
@@ -222,6 +223,37 @@ func TestDecide(t *testing.T) {
 			action: actAddMember, member: "example-3"},
 		{name: "client Service missing", in: in(3, "v3.6.16"), obs: newWorld(3).do(func(w *world) { w.obs.Services = w.obs.Services[1:] }).obs,
 			action: actCreateClient},
+		// Safety rules, each with the case that breaks it.
+		{name: "a leader still reported over a lost quorum changes nothing", in: in(3, "v3.7.3"), obs: newWorld(3).down("example-1", "example-2").obs,
+			phase: phaseUnavailable, conds: "FFT", msg: "quorum lost"},
+		{name: "half of an even cluster is no quorum", in: in(4, "v3.6.16"), obs: newWorld(4).down("example-2", "example-3").obs,
+			phase: phaseUnavailable, conds: "FFT", msg: "quorum lost"},
+		{name: "learners do not make up a quorum", in: in(5, "v3.6.16"),
+			obs: newWorld(5).do(func(w *world) {
+				w.member("example-3").Learner, w.member("example-4").Learner = true, true
+				w.pod("example-3").Ready, w.pod("example-4").Ready = false, false
+			}).down("example-1", "example-2").obs,
+			phase: phaseUnavailable, conds: "FFT", msg: "quorum lost"},
+		{name: "members listed but no leader known changes nothing", in: in(3, "v3.6.16"), obs: newWorld(3).do(func(w *world) { w.obs.Etcd.Leader = "" }).obs,
+			phase: phaseUnavailable, conds: "FFT"},
+		{name: "scale down waits while removing a member could cost quorum", in: in(2, "v3.6.16"),
+			obs:   newWorld(3).do(func(w *world) { w.pod("example-0").Ready = false }).obs, // the leader answers, unready
+			phase: phaseScaling, msg: "spec.size is 2, but removing member example-2 now could cost quorum"},
+		{name: "a learner no longer wanted is removed, not promoted", in: in(3, "v3.6.16"),
+			obs:    newWorld(4).do(func(w *world) { w.member("example-3").Learner = true; w.pod("example-3").Ready = false }).obs,
+			action: actRemoveMember, member: "example-3", phase: phaseScaling, msg: "removing learner example-3 for spec.size 3"},
+		{name: "a member added while the version is refused runs what the cluster runs", in: in(4, "v3.8.0"),
+			obs: newWorld(3).do(func(w *world) {
+				w.obs.Etcd.Members = append(w.obs.Etcd.Members, memberView{ID: "9", PeerHost: "example-3", Learner: true})
+			}).obs,
+			action: actStartMember, member: "example-3", image: repo + ":v3.6.16"},
+		{name: "a new cluster runs spec.version", in: func() input { i := fresh; i.Spec.Version = "v3.7.3"; return i }(), obs: observed{},
+			action: actBootstrap, image: repo + ":v3.7.3"},
+		{name: "a name whose Pod is still being deleted is not taken again", in: in(4, "v3.6.16"),
+			obs: newWorld(3).do(func(w *world) {
+				w.obs.Pods = append(w.obs.Pods, podView{Name: "example-3", Phase: "Running", Deleting: true})
+			}).obs,
+			action: actAddMember, member: "example-4"},
 		{name: "invalid spec", in: func() input { i := in(3, "v3.6.16"); i.Invalid = "spec.size is missing"; return i }(), obs: observed{},
 			phase: phaseFailed, msg: "spec.size is missing"},
 	} {
@@ -229,6 +261,9 @@ func TestDecide(t *testing.T) {
 			st, s := decide(tc.in, tc.obs)
 			if s.Action != tc.action || (tc.member != "" && s.Member != tc.member) {
 				t.Errorf("step = %s %s, want %s %s (status: %s)", s.Action, s.Member, tc.action, tc.member, st.Message)
+			}
+			if tc.image != "" && s.Image != tc.image {
+				t.Errorf("step image = %s, want %s", s.Image, tc.image)
 			}
 			if tc.phase != "" && st.Phase != tc.phase {
 				t.Errorf("phase = %s, want %s (%s)", st.Phase, tc.phase, st.Message)

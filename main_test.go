@@ -1645,6 +1645,13 @@ func TestControlLoop(t *testing.T) {
 			close(l.synced)
 			l.pod("DELETED", "example", "example-0", false)
 		}},
+		{name: "a status that crossed a Pod change", want: map[string]int{"example": 1}, run: func(t *testing.T, f *fakeAPI, l *loop) {
+			// The Pod turned unready while the status calling it ready
+			// was on its way: the status needs no pass, the Pod does.
+			close(l.synced)
+			l.pod("ADDED", "example", "example-0", false)
+			l.cluster("ADDED", "example", 1, settledStatus(1, "+example-0"))
+		}},
 		{name: "a Pod the status does not list, not ready, or deleted", want: map[string]int{"example": 0}, run: func(t *testing.T, f *fakeAPI, l *loop) {
 			// A new member's Pod before the status that lists it; a
 			// removed member's Pod after the status that dropped it.
