@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -638,5 +640,123 @@ func TestCrashAtEveryStep(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// settledExample creates example with the given spec changes applied in
+// turn, waits until the status reports the last one, and stops the
+// operator: the cluster is as a pass finds it.
+func settledExample(t *testing.T, specs []any, reported func(st clusterStatus) bool) *fakeAPI {
+	t.Helper()
+	f := newFakeAPI(t)
+	f.putCluster("default", "example", size(3))
+	op := startOperator(t, f)
+	waitStatus(f, "example", "Running", running(3))
+	for _, s := range specs {
+		f.putCluster("default", "example", s)
+	}
+	waitStatus(f, "example", "the change reported", reported)
+	op.stop()
+	return f
+}
+
+// newController is the operator's controller on the fake, without its
+// loop: a test calls its passes and steps itself. Its Events stay queued.
+func newController(f *fakeAPI) *controller {
+	c := newClient(f.srv.URL, nil)
+	log := slog.New(slog.DiscardHandler)
+	return &controller{client: c, log: log, image: repo, events: newRecorder(c, log)}
+}
+
+// A pass over a cluster whose status already says what the pass finds
+// writes nothing and records no Event: a healthy cluster, an invalid spec
+// already reported, a refused version already reported.
+func TestPassWritesOnlyNews(t *testing.T) {
+	progressing := func(reason string) func(st clusterStatus) bool {
+		return func(st clusterStatus) bool {
+			p, _ := st.condition(condProgressing)
+			return st.ObservedGeneration == 2 && p.Reason == reason
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		specs    []any
+		reported func(st clusterStatus) bool
+		foreign  bool
+	}{
+		{name: "healthy", reported: running(3)},
+		{name: "invalid spec", specs: []any{size(9)}, reported: progressing("InvalidSpec")},
+		{name: "refused version", specs: []any{map[string]any{"size": 3, "version": "v3.8.0"}}, reported: progressing("VersionRefused")},
+		{name: "a Pod and a Service of another cluster of the same name", reported: running(3), foreign: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := settledExample(t, tc.specs, tc.reported)
+			if tc.foreign {
+				// Objects of another EtcdCluster of the same name (deleted,
+				// not yet collected), labelled as members of this one.
+				labels := map[string]any{labelApp: "etcd", labelCluster: "example", labelMember: "example-9"}
+				owner := ownerReference{APIVersion: apiVersion, Kind: kind, Name: "example", UID: "another-uid", Controller: true}
+				f.mu.Lock()
+				meta := map[string]any{"name": "example-9", "namespace": "default", "labels": labels, "ownerReferences": []any{owner}}
+				f.objects["services/default/example-9"] = map[string]any{"metadata": meta}
+				f.objects["pods/default/example-9"] = map[string]any{"metadata": meta,
+					"spec": map[string]any{"containers": []any{map[string]any{"name": "etcd", "image": repo + ":v3.6.16"}}}}
+				f.mu.Unlock()
+			}
+			ctl := newController(f)
+			ec, err := decodeCluster(mustJSON(f.cluster("default", "example")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			mark := f.requestCount()
+			if _, err := ctl.reconcile(context.Background(), ec); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range f.requestsSince(mark) {
+				if r.Method != "GET" && !strings.HasSuffix(r.Path, "/v3/maintenance/status") && !strings.HasSuffix(r.Path, "/v3/cluster/member/list") {
+					t.Errorf("a pass that found nothing new sent %s %s", r.Method, r.Path)
+				}
+			}
+			if n := len(ctl.events.queue); n > 0 {
+				t.Errorf("a pass that found nothing new recorded %d Events", n)
+			}
+		})
+	}
+}
+
+// A step whose effect is already there (its answer was lost, or an earlier
+// pass took it) is done, not an error, and changes nothing.
+func TestStepAlreadyTaken(t *testing.T) {
+	f := settledExample(t, nil, running(3))
+	ctl := newController(f)
+	ctx := context.Background()
+	ec, err := decodeCluster(mustJSON(f.cluster("default", "example")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := parseSpec(ec.Spec)
+	in := input{Name: "example", Spec: spec, Prev: ec.status(), Gen: ec.Metadata.Generation, Repo: repo, Base: "example"}
+	obs, err := ctl.observe(ctx, ec, "example")
+	if err != nil || obs.Etcd.LeaderPod == "" {
+		t.Fatalf("observe = %+v, %v", obs, err)
+	}
+	pods, svcs := f.objectNames("pods"), f.objectNames("services")
+	for _, s := range []step{
+		{Action: actAddMember, Member: "example-2"},
+		{Action: actRemoveMember, Member: "example-9", ID: "999"},
+		{Action: actDeletePod, Member: "example-9"},
+		{Action: actDeleteSvc, Member: "example-9"},
+		{Action: actCreateClient},
+		{Action: actBootstrap, Members: membersOf(3)},
+	} {
+		if _, err := ctl.act(ctx, ec, in, obs, s); err != nil {
+			t.Errorf("%s %s: %v", s.Action, s.Member, err)
+		}
+	}
+	if log := f.membershipLog(); len(log) > 0 {
+		t.Errorf("membership changed: %v", log)
+	}
+	if !slices.Equal(f.objectNames("pods"), pods) || !slices.Equal(f.objectNames("services"), svcs) {
+		t.Errorf("objects changed: pods %v, services %v", f.objectNames("pods"), f.objectNames("services"))
 	}
 }
