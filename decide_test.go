@@ -753,6 +753,10 @@ func TestStepAlreadyTaken(t *testing.T) {
 			t.Errorf("%s %s: %v", s.Action, s.Member, err)
 		}
 	}
+	// Reading again a cluster that is gone: nothing to do, nothing to retry.
+	if got, again, err := ctl.handle(ctx, item{cluster: &EtcdCluster{Metadata: objectMeta{Namespace: "default", Name: "gone"}}, refresh: true}); got != nil || again != 0 || err != nil {
+		t.Errorf("handle of a cluster that is gone = %v, %v, %v; want nothing", got, again, err)
+	}
 	if log := f.membershipLog(); len(log) > 0 {
 		t.Errorf("membership changed: %v", log)
 	}
