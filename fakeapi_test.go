@@ -51,8 +51,6 @@ type fakeAPI struct {
 	lagLearners bool
 	podHistory  []watchEvent
 	podStreams  []chan []byte
-	// bookmarkRV is the resourceVersion of the last bookmark sent.
-	bookmarkRV string
 	// fault, when set, may answer a request instead of the fake: it returns
 	// the HTTP code (0: no fault), a Retry-After value and a Status message.
 	fault func(r request) (code int, retryAfter, message string)

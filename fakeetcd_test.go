@@ -311,7 +311,8 @@ func (f *fakeAPI) deletePodLocked(ns, name string) {
 	// The data was on the Pods' emptyDirs: with the last Pod the etcd
 	// cluster is gone.
 	for key := range f.objects {
-		if strings.HasPrefix(key, "pods/"+ns+"/") && f.objects[key]["metadata"].(map[string]any)["labels"].(map[string]any)[labelCluster] == base {
+		labels, _ := f.objects[key]["metadata"].(map[string]any)["labels"].(map[string]any)
+		if strings.HasPrefix(key, "pods/"+ns+"/") && labels[labelCluster] == base {
 			return
 		}
 	}

@@ -752,25 +752,28 @@ func TestWatchResumes(t *testing.T) {
 	const expired = `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 1 (200)","reason":"Expired","code":410}}` + "\n"
 	for _, tc := range []struct {
 		name      string
-		interrupt func(f *fakeAPI)
+		interrupt func(f *fakeAPI) (rv string) // rv: where the watch must resume, if not after the last event
 		wantLists int
 	}{
-		{name: "end of stream", interrupt: func(f *fakeAPI) { f.closeStreams() }, wantLists: 1},
-		{name: "bookmark, then end of stream", wantLists: 1, interrupt: func(f *fakeAPI) {
+		{name: "end of stream", interrupt: func(f *fakeAPI) string { f.closeStreams(); return "" }, wantLists: 1},
+		{name: "bookmark, then end of stream", wantLists: 1, interrupt: func(f *fakeAPI) string {
 			// Other objects changed; the server says where the watch is now.
-			f.bookmarkRV = f.bookmark()
+			rv := f.bookmark()
 			f.closeStreams()
+			return rv
 		}},
-		{name: "event cut in the middle", wantLists: 1, interrupt: func(f *fakeAPI) {
+		{name: "event cut in the middle", wantLists: 1, interrupt: func(f *fakeAPI) string {
 			f.sendRaw(`{"type":"ADDED","object":{"apiVersion":"coreos.com/v1","kind":"EtcdCluster","metadata":{"name":"half","namespace":"default","resourceVersion":"999"},"spec":{"si`)
 			f.closeStreams()
+			return ""
 		}},
-		{name: "410 ERROR event", interrupt: func(f *fakeAPI) { f.sendRaw(expired) }, wantLists: 2},
-		{name: "history compacted while disconnected", wantLists: 2, interrupt: func(f *fakeAPI) {
+		{name: "410 ERROR event", interrupt: func(f *fakeAPI) string { f.sendRaw(expired); return "" }, wantLists: 2},
+		{name: "history compacted while disconnected", wantLists: 2, interrupt: func(f *fakeAPI) string {
 			f.compact()
 			f.closeStreams()
+			return ""
 		}},
-		{name: "410 answer to the watch", wantLists: 2, interrupt: func(f *fakeAPI) {
+		{name: "410 answer to the watch", wantLists: 2, interrupt: func(f *fakeAPI) string {
 			var once sync.Once
 			f.setFault(func(r request) (int, string, string) {
 				code := 0
@@ -780,6 +783,7 @@ func TestWatchResumes(t *testing.T) {
 				return code, "", "too old resource version"
 			})
 			f.closeStreams()
+			return ""
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -792,7 +796,7 @@ func TestWatchResumes(t *testing.T) {
 			var last EtcdCluster
 			_ = json.Unmarshal(lastRV, &last)
 
-			tc.interrupt(f)
+			resumeRV := tc.interrupt(f)
 			f.waitFor("a new watch", func() bool {
 				return f.countLocked("GET", "/apis/coreos.com/v1/namespaces/default/etcdclusters") > watches && len(f.streams) == 1
 			})
@@ -811,7 +815,7 @@ func TestWatchResumes(t *testing.T) {
 			if len(lists) != tc.wantLists {
 				t.Errorf("%d lists, want %d", len(lists), tc.wantLists)
 			}
-			if want := cmp.Or(f.bookmarkRV, last.Metadata.ResourceVersion); tc.wantLists == 1 && rewatch[1] != want {
+			if want := cmp.Or(resumeRV, last.Metadata.ResourceVersion); tc.wantLists == 1 && rewatch[1] != want {
 				t.Errorf("re-watched from resourceVersion %s, want %s (the last complete event or bookmark)", rewatch[1], want)
 			}
 			if got := f.objectNames("pods"); !slices.Equal(got, []string{"after-0", "example-0", "example-1", "example-2"}) {
