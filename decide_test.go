@@ -589,6 +589,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 						return 0, "", ""
 					}
 					close(hung)
+					f.wake() // the wait below watches hung, which is no request
 					if tc.served {
 						return answerLost, "", ""
 					}

@@ -91,6 +91,14 @@ func (f *fakeAPI) notify() {
 	f.changed = make(chan struct{})
 }
 
+// wake wakes everyone in waitFor, for a condition that is not the fake's
+// own state.
+func (f *fakeAPI) wake() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.notify()
+}
+
 // waitFor blocks until cond (called with f.mu held) is true, waking on every
 // request the fake sees; it fails the test after a generous bound.
 func (f *fakeAPI) waitFor(what string, cond func() bool) {

@@ -964,7 +964,10 @@ func TestShutdown(t *testing.T) {
 	}{
 		{name: "watching", wait: func(f *fakeAPI) bool { return len(f.streams) == 1 }},
 		{name: "creating", block: "/pods", wait: func(f *fakeAPI) bool { return f.countExactLocked("POST", "/api/v1/namespaces/default/pods") == 1 }},
-		{name: "listing", block: "/etcdclusters", wait: func(f *fakeAPI) bool { return len(f.requests) == 1 }},
+		// The Pod watcher lists too: wait for the (blocked) list of clusters.
+		{name: "listing", block: "/etcdclusters", wait: func(f *fakeAPI) bool {
+			return f.countExactLocked("GET", "/apis/coreos.com/v1/namespaces/default/etcdclusters") == 1
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeAPI(t)
