@@ -777,7 +777,9 @@ func TestWatchResumes(t *testing.T) {
 			var once sync.Once
 			f.setFault(func(r request) (int, string, string) {
 				code := 0
-				if r.Query.Get("watch") != "" {
+				// The clusters' watch: the Pod watcher's first watch may
+				// come only now.
+				if r.Query.Get("watch") != "" && strings.HasSuffix(r.Path, "/etcdclusters") {
 					once.Do(func() { code = http.StatusGone })
 				}
 				return code, "", "too old resource version"
