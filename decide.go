@@ -74,6 +74,9 @@ type etcdView struct {
 	Answered int
 	// LeaderPod is the leader's Pod: where membership changes are sent.
 	LeaderPod string
+	// AnsweredPods are the Pods whose etcd answered; nil when none was
+	// asked (no Pod running).
+	AnsweredPods []string
 }
 
 // observed is everything a pass saw of one cluster.
@@ -96,14 +99,15 @@ const (
 	actRemoveMember = "RemoveMember" // remove a member from etcd
 	actDeletePod    = "DeletePod"
 	actDeleteSvc    = "DeleteService"
-	actUpgrade      = "Upgrade" // change a member Pod's image in place
+	actUpgrade      = "Upgrade"    // change a member Pod's image in place
+	actMoveLeader   = "MoveLeader" // hand leadership to another member first
 )
 
 // step is decide's answer: one action, and when to look again.
 type step struct {
 	Action string
 	Member string // Pod and Service name of the member acted on
-	ID     string // its etcd member ID, for Promote and RemoveMember
+	ID     string // its etcd member ID, for Promote, RemoveMember and MoveLeader (the new leader)
 	Image  string // for StartMember, Bootstrap and Upgrade
 	// Members lists what Bootstrap creates; InitialCluster is the
 	// --initial-cluster a StartMember Pod gets.
@@ -216,20 +220,25 @@ func (d *decision) bootstrap() step {
 	}
 	d.setAvailable(false, "NotStarted", "etcd has not answered yet")
 	if len(missing) > 0 {
-		msg := fmt.Sprintf("creating %d members: %s; clients will use Service %s-client", len(names), strings.Join(names, ", "), d.in.Base)
-		if d.in.Base != d.in.Name {
-			msg += fmt.Sprintf(" (object names shortened to %s-*, because the name is not a short DNS-1035 label)", d.in.Base)
-		}
+		msg := fmt.Sprintf("creating %d members: %s; clients will use Service %s-client", len(names), strings.Join(names, ", "), d.in.Base) + d.namesNote()
 		d.st.Phase, d.st.Message = phaseCreating, msg
 		d.setProgressing(true, "Creating", msg)
 		return step{Action: actBootstrap, Members: names, Image: d.image(),
 			EventType: eventNormal, EventReason: reasonClusterCreated, EventMessage: msg}
 	}
-	msg := fmt.Sprintf("waiting for the members to start and elect a leader: %s", d.podSummary(names))
+	msg := fmt.Sprintf("waiting for the members to start and elect a leader: %s", d.podSummary(names)) + d.namesNote()
 	d.st.Phase, d.st.Message = phaseCreating, msg
 	d.setProgressing(true, "WaitingForMembers", msg)
 	d.setDegraded(false, "", "")
 	return step{Again: pollAgain}
+}
+
+// namesNote explains object names that are not the EtcdCluster's own.
+func (d *decision) namesNote() string {
+	if d.in.Base == d.in.Name {
+		return ""
+	}
+	return fmt.Sprintf(" (object names shortened to %s-*, because the name is not a short DNS-1035 label)", d.in.Base)
 }
 
 // bootstrapMembers are the members of the cluster being created: those in
@@ -427,6 +436,9 @@ func (d *decision) operate() step {
 		if !d.withoutOK(m, true) {
 			return d.wait(phaseScaling, "WaitingForQuorum", fmt.Sprintf("spec.size is %d, but removing member %s now could cost quorum", size, m.member()))
 		}
+		if s, ok := d.leaderAway(m, phaseScaling, "removing it"); ok {
+			return s
+		}
 		return d.progress(phaseScaling, "RemovingMember", fmt.Sprintf("removing member %s from etcd (%d of %d members)", m.member(), len(members)-1, size),
 			step{Action: actRemoveMember, Member: m.member(), ID: m.ID,
 				EventType: eventNormal, EventReason: reasonMemberRemoved, EventMessage: fmt.Sprintf("member %s removed from etcd for spec.size %d", m.member(), size)})
@@ -458,16 +470,14 @@ func (d *decision) nextName(members []memberView) string {
 }
 
 // toRemove picks the member to remove when shrinking: one that is not
-// healthy first, then the highest ordinal; the leader last.
+// healthy first, then the highest ordinal, so that names stay
+// NAME-0 ... NAME-(size-1).
 func (d *decision) toRemove(members []memberView) memberView {
 	best := -1
 	score := func(m memberView) int {
 		s := ordinal(m.member())
 		if !d.healthy(m) {
 			s += 1 << 20
-		}
-		if m.ID == d.obs.Etcd.Leader {
-			s -= 1 << 21
 		}
 		return s
 	}
@@ -477,6 +487,22 @@ func (d *decision) toRemove(members []memberView) memberView {
 		}
 	}
 	return members[best]
+}
+
+// leaderAway returns a MoveLeader step when m, about to be removed or
+// restarted, is the leader and a healthy voter can take over: a handed-over
+// leadership costs clients no election timeout.
+func (d *decision) leaderAway(m memberView, phase, why string) (step, bool) {
+	if m.ID != d.obs.Etcd.Leader {
+		return step{}, false
+	}
+	for _, o := range d.obs.Etcd.Members {
+		if o.ID != m.ID && !o.Learner && d.healthy(o) {
+			msg := fmt.Sprintf("handing leadership from %s to %s before %s", m.member(), o.member(), why)
+			return d.progress(phase, "MovingLeader", msg, step{Action: actMoveLeader, Member: o.member(), ID: o.ID, Again: pollAgain}), true
+		}
+	}
+	return step{}, false
 }
 
 // initialClusterOf is --initial-cluster for a joining member: every member
@@ -549,6 +575,9 @@ func (d *decision) upgrade() step {
 	m := todo[0]
 	if !d.withoutOK(m, false) {
 		return d.wait(phaseDegraded, "WaitingForHealth", fmt.Sprintf("upgrading to %s waits: restarting member %s now could cost quorum", d.in.Spec.Version, m.member()))
+	}
+	if s, ok := d.leaderAway(m, phaseUpgrading, "restarting it with "+d.in.Spec.Version); ok {
+		return s
 	}
 	msg := fmt.Sprintf("upgrading member %s to %s (%d of %d done)", m.member(), d.in.Spec.Version, len(members)-len(todo), len(members))
 	return d.progress(phaseUpgrading, "Upgrading", msg, step{Action: actUpgrade, Member: m.member(), Image: target,
@@ -653,7 +682,7 @@ func (d *decision) steady() step {
 		return step{}
 	}
 	d.st.Phase = phaseRunning
-	d.st.Message = fmt.Sprintf("%d members ready, running etcd %s; clients use Service %s-client", len(d.obs.Etcd.Members), d.st.CurrentVersion, d.in.Base)
+	d.st.Message = fmt.Sprintf("%d members ready, running etcd %s; clients use Service %s-client", len(d.obs.Etcd.Members), d.st.CurrentVersion, d.in.Base) + d.namesNote()
 	d.setDegraded(false, "AllMembersReady", "")
 	return step{}
 }
@@ -670,21 +699,25 @@ func (d *decision) steadyPhase() string {
 // membership change needs the quorum it lacks.
 func (d *decision) unavailable() step {
 	size := max(len(d.obs.Etcd.Members), len(d.in.Prev.Members), 1)
-	running := 0
-	for _, p := range d.obs.Pods {
-		if p.Phase == "Running" && !p.Deleting {
-			running++
-		}
-	}
+	answering := d.obs.Etcd.Answered
 	var msg, reason string
 	switch {
-	case running == 0 && len(d.obs.Pods) == 0:
+	case answering >= quorum(size) && len(d.obs.Pods) > 0:
+		// Enough members answer, but none knows a leader: an election is
+		// under way (a leader died or stepped down). Look again soon.
+		msg = fmt.Sprintf("no leader yet: %d of %d members answer, and etcd is electing one (%s)", answering, size, d.podSummary(d.memberNames()))
+		d.st.Phase, d.st.Message = phaseDegraded, msg
+		d.setAvailable(false, "NoLeader", msg)
+		d.setProgressing(false, "NoLeader", "no membership change without a leader")
+		d.setDegraded(true, "NoLeader", msg)
+		return step{Again: pollAgain}
+	case len(d.obs.Pods) == 0:
 		reason = "DataLost"
 		msg = fmt.Sprintf("all %d members are gone and their data with them (emptyDir): etcd cannot recover by itself. Delete this EtcdCluster and create it again, then restore your data from a backup (etcdctl snapshot restore)", size)
 	default:
 		reason = "QuorumLost"
-		msg = fmt.Sprintf("quorum lost: %d of %d members running, %d needed (%s). etcd cannot recover by itself with its data on emptyDir; if the missing members come back, the cluster recovers without help. Otherwise delete this EtcdCluster and create it again from a backup (etcdctl snapshot restore)",
-			running, size, quorum(size), d.podSummary(d.memberNames()))
+		msg = fmt.Sprintf("quorum lost: %d of %d members answer, %d needed (%s). etcd cannot recover by itself with its data on emptyDir; if the missing members come back, the cluster recovers without help. Otherwise delete this EtcdCluster and create it again from a backup (etcdctl snapshot restore)",
+			answering, size, quorum(size), d.podSummary(d.memberNames()))
 	}
 	d.st.Phase, d.st.Message = phaseUnavailable, msg
 	d.setAvailable(false, reason, msg)
@@ -713,10 +746,12 @@ func (d *decision) podSummary(names []string) string {
 			parts = append(parts, n+" is being deleted")
 		case p.Waiting != "":
 			parts = append(parts, n+" "+p.Waiting)
+		case d.obs.Etcd.AnsweredPods != nil && !slices.Contains(d.obs.Etcd.AnsweredPods, n):
+			parts = append(parts, n+" does not answer (Pod "+p.Phase+")")
 		case p.Ready:
 			parts = append(parts, n+" ready")
 		default:
-			parts = append(parts, n+" "+p.Phase)
+			parts = append(parts, n+" "+p.Phase+", not ready")
 		}
 	}
 	return strings.Join(parts, ", ")

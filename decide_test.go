@@ -34,6 +34,7 @@ func (w *world) add(i int, version string) *world {
 	w.obs.Services = append(w.obs.Services, name)
 	w.obs.Etcd.Members = append(w.obs.Etcd.Members, memberView{ID: fmt.Sprint(i + 1), Name: name, PeerHost: name, Answered: true, Version: version})
 	w.obs.Etcd.Answered++
+	w.obs.Etcd.AnsweredPods = append(w.obs.Etcd.AnsweredPods, name)
 	return w
 }
 
@@ -60,6 +61,8 @@ func (w *world) down(names ...string) *world {
 	for _, n := range names {
 		w.pod(n).Ready = false
 		w.member(n).Answered, w.member(n).Version = false, ""
+		w.obs.Etcd.Answered--
+		w.obs.Etcd.AnsweredPods = slices.DeleteFunc(w.obs.Etcd.AnsweredPods, func(p string) bool { return p == n })
 	}
 	return w
 }
@@ -67,7 +70,11 @@ func (w *world) down(names ...string) *world {
 // noPod: the member's Pod is gone.
 func (w *world) noPod(names ...string) *world {
 	for _, n := range names {
+		if w.member(n).Answered {
+			w.obs.Etcd.Answered--
+		}
 		w.member(n).Answered = false
+		w.obs.Etcd.AnsweredPods = slices.DeleteFunc(w.obs.Etcd.AnsweredPods, func(p string) bool { return p == n })
 		for i, p := range w.obs.Pods {
 			if p.Name == n {
 				w.obs.Pods = append(w.obs.Pods[:i], w.obs.Pods[i+1:]...)
@@ -119,11 +126,13 @@ func TestDecide(t *testing.T) {
 		{name: "healthy", in: in(3, "v3.6.16"), obs: newWorld(3).obs,
 			phase: phaseRunning, ready: "3/3", conds: "TFF", msg: "3 members ready, running etcd 3.6.16"},
 		{name: "one member crashed: the kubelet restarts it", in: in(3, "v3.6.16"), obs: newWorld(3).down("example-2").obs,
-			phase: phaseDegraded, ready: "2/3", conds: "TFT", msg: "2 of 3 members ready; not ready: example-2 Running"},
+			phase: phaseDegraded, ready: "2/3", conds: "TFT", msg: "2 of 3 members ready; not ready: example-2 does not answer (Pod Running)"},
 		{name: "quorum lost", in: in(3, "v3.6.16"), obs: newWorld(3).down("example-1", "example-2").noQuorum().obs,
-			phase: phaseUnavailable, conds: "FFT", msg: "quorum lost: 3 of 3 members running, 2 needed"},
+			phase: phaseUnavailable, conds: "FFT", msg: "quorum lost: 1 of 3 members answer, 2 needed"},
+		{name: "a leader election under way is not quorum lost", in: in(3, "v3.6.16"), obs: newWorld(3).down("example-0").noQuorum().obs,
+			phase: phaseDegraded, conds: "FFT", msg: "no leader yet: 2 of 3 members answer, and etcd is electing one"},
 		{name: "quorum lost, two Pods gone", in: in(3, "v3.6.16"), obs: newWorld(3).noPod("example-1", "example-2").noQuorum().obs,
-			phase: phaseUnavailable, conds: "FFT", msg: "quorum lost: 1 of 3 members running, 2 needed (example-0 ready, example-1 has no Pod, example-2 has no Pod)"},
+			phase: phaseUnavailable, conds: "FFT", msg: "quorum lost: 1 of 3 members answer, 2 needed (example-0 ready, example-1 has no Pod, example-2 has no Pod)"},
 		{name: "all members gone", in: in(3, "v3.6.16"), obs: newWorld(3).noPod("example-0", "example-1", "example-2").noQuorum().obs,
 			phase: phaseUnavailable, conds: "FFT", msg: "all 3 members are gone and their data with them"},
 		{name: "Pod deleted: its member is replaced", in: in(3, "v3.6.16"), obs: newWorld(3).noPod("example-1").obs,
@@ -165,9 +174,9 @@ func TestDecide(t *testing.T) {
 			action: actRemoveMember, member: "example-4", phase: phaseScaling, msg: "removing member example-4 from etcd (4 of 3 members)"},
 		{name: "scale down removes an unready member first", in: in(3, "v3.6.16"), obs: newWorld(5).down("example-1").obs,
 			action: actRemoveMember, member: "example-1"},
-		{name: "scale down removes the leader last", in: in(1, "v3.6.16"),
+		{name: "scale down hands the leadership away before removing the leader", in: in(1, "v3.6.16"),
 			obs:    newWorld(2).do(func(w *world) { w.obs.Etcd.Leader, w.obs.Etcd.LeaderPod = "2", "example-1" }).obs,
-			action: actRemoveMember, member: "example-0"},
+			action: actMoveLeader, member: "example-0", msg: "handing leadership from example-1 to example-0 before removing it"},
 		{name: "upgrade starts with a follower", in: in(3, "v3.7.3"), obs: newWorld(3).obs,
 			action: actUpgrade, member: "example-1", phase: phaseUpgrading, msg: "upgrading member example-1 to v3.7.3 (0 of 3 done)"},
 		{name: "upgrade waits for the member to report the new version", in: in(3, "v3.7.3"),
@@ -182,6 +191,15 @@ func TestDecide(t *testing.T) {
 					w.pod(n).Image = repo + ":v3.7.3"
 					w.member(n).Version = "3.7.3"
 				}
+			}).obs,
+			action: actMoveLeader, member: "example-1", msg: "handing leadership from example-0 to example-1 before restarting it with v3.7.3"},
+		{name: "upgrade does the leader last, once it is no longer the leader", in: in(3, "v3.7.3"),
+			obs: newWorld(3).do(func(w *world) {
+				for _, n := range []string{"example-1", "example-2"} {
+					w.pod(n).Image = repo + ":v3.7.3"
+					w.member(n).Version = "3.7.3"
+				}
+				w.obs.Etcd.Leader, w.obs.Etcd.LeaderPod = "2", "example-1"
 			}).obs,
 			action: actUpgrade, member: "example-0", msg: "(2 of 3 done)"},
 		{name: "upgrade done", in: in(3, "v3.7.3"),
@@ -351,10 +369,18 @@ func membersOf(n int) []string {
 	return out
 }
 
+// membershipLog lists the membership changes (adds, promotions, removals)
+// etcd saw, in order; leadership moves are not membership changes.
 func (f *fakeAPI) membershipLog() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]string(nil), f.etcdLog...)
+	var out []string
+	for _, l := range f.etcdLog {
+		if !strings.HasPrefix(l, "lead ") {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // Kubernetes' view and etcd's, in the status: a crashed member shows within
@@ -388,7 +414,7 @@ func TestHealthIsReported(t *testing.T) {
 	}
 	f.killMember("default", "example-1", true)
 	st = waitStatus(f, "example", "Unavailable", func(st clusterStatus) bool { return st.Phase == phaseUnavailable })
-	if c, _ := st.condition(condAvailable); c.Status != "False" || c.Reason != "QuorumLost" || !strings.Contains(st.Message, "quorum lost: 3 of 3 members running, 2 needed") {
+	if c, _ := st.condition(condAvailable); c.Status != "False" || c.Reason != "QuorumLost" || !strings.Contains(st.Message, "quorum lost: 1 of 3 members answer, 2 needed") {
 		t.Errorf("two members down: status = %+v", st)
 	}
 	f.waitFor("a QuorumLost event", func() bool {

@@ -31,6 +31,8 @@ type fakeEtcd struct {
 	ClusterID uint64
 	Members   []*fakeMember
 	nextID    uint64
+	// Leader is the member leadership was handed to, if it still can lead.
+	Leader uint64
 }
 
 func (e *fakeEtcd) member(host string) *fakeMember {
@@ -73,6 +75,11 @@ func (f *fakeAPI) leaderLocked(ns string, e *fakeEtcd) *fakeMember {
 	}
 	if voters == 0 || len(up) < voters/2+1 {
 		return nil
+	}
+	for _, m := range up {
+		if m.ID == e.Leader {
+			return m
+		}
 	}
 	return up[0]
 }
@@ -249,6 +256,24 @@ func (f *fakeAPI) serveEtcdLocked(w http.ResponseWriter, ns, podName, path, body
 		e.Members = append(e.Members, m)
 		f.etcdLog = append(f.etcdLog, "add "+host)
 		w.Write(mustJSON(map[string]any{"header": header, "member": map[string]any{"ID": fmt.Sprint(m.ID)}, "members": list()}))
+	case "/v3/maintenance/transfer-leadership":
+		var move struct {
+			TargetID string `json:"targetID"`
+		}
+		_ = json.Unmarshal([]byte(body), &move)
+		id, _ := strconv.ParseUint(move.TargetID, 10, 64)
+		i := slices.IndexFunc(e.Members, func(m *fakeMember) bool { return m.ID == id && !m.Learner && f.runningLocked(ns, m) })
+		switch {
+		case self != leader:
+			refuse("etcdserver: not leader")
+			return
+		case i < 0:
+			refuse("etcdserver: bad leader transferee")
+			return
+		}
+		e.Leader = id
+		f.etcdLog = append(f.etcdLog, "lead "+e.Members[i].PeerHost)
+		w.Write(mustJSON(map[string]any{"header": header}))
 	case "/v3/cluster/member/promote", "/v3/cluster/member/remove":
 		id, _ := strconv.ParseUint(req.ID, 10, 64)
 		i := slices.IndexFunc(e.Members, func(m *fakeMember) bool { return m.ID == id })

@@ -501,6 +501,12 @@ func (c *controller) act(ctx context.Context, ec *EtcdCluster, in input, obs obs
 		}
 		log.Info("member removed from etcd", "member", s.Member)
 		return 0, nil
+	case actMoveLeader:
+		if err := member("/v3/maintenance/transfer-leadership", map[string]string{"targetID": s.ID}); err != nil {
+			return 0, fmt.Errorf("hand leadership to %s: %w", s.Member, err)
+		}
+		log.Info("leadership handed over", "to", s.Member)
+		return 0, nil
 	case actDeletePod, actDeleteSvc:
 		resource := map[string]string{actDeletePod: "pods", actDeleteSvc: "services"}[s.Action]
 		return 0, c.delete(ctx, log, ns, resource, s.Member)

@@ -208,6 +208,9 @@ type memberListAnswer struct {
 // the operator the proxy (403) is an error that someone must fix.
 func (c *controller) observeEtcd(ctx context.Context, ns string, running []*pod) (etcdView, error) {
 	var v etcdView
+	if len(running) > 0 {
+		v.AnsweredPods = []string{}
+	}
 	answers := map[string]memberStatusAnswer{} // by member ID
 	podOf := map[string]string{}               // member ID -> Pod name
 	for _, p := range running {
@@ -221,6 +224,7 @@ func (c *controller) observeEtcd(ctx context.Context, ns string, running []*pod)
 		}
 		answers[a.Header.MemberID] = a
 		podOf[a.Header.MemberID] = p.Metadata.Name
+		v.AnsweredPods = append(v.AnsweredPods, p.Metadata.Name)
 		v.ClusterID = firstOf(v.ClusterID, a.Header.ClusterID)
 		if a.Leader != "" && a.Leader != "0" && v.Leader == "" {
 			v.Leader = a.Leader
