@@ -253,12 +253,12 @@ func TestDecide(t *testing.T) {
 				w.member("example-3").Learner, w.member("example-4").Learner = true, true
 				w.pod("example-3").Ready, w.pod("example-4").Ready = false, false
 			}).down("example-1", "example-2").obs,
-			phase: phaseUnavailable, conds: "FFT", msg: "quorum lost"},
+			conds: "FFT"}, // no step, not Available
 		{name: "members listed but no leader known changes nothing", in: in(3, "v3.6.16"), obs: newWorld(3).do(func(w *world) { w.obs.Etcd.Leader = "" }).obs,
-			phase: phaseUnavailable, conds: "FFT"},
-		{name: "scale down waits while removing a member could cost quorum", in: in(2, "v3.6.16"),
-			obs:   newWorld(3).do(func(w *world) { w.pod("example-0").Ready = false }).obs, // the leader answers, unready
-			phase: phaseScaling, msg: "spec.size is 2, but removing member example-2 now could cost quorum"},
+			conds: "FFT"},
+		{name: "scale down takes an unready leader first, handing leadership away", in: in(2, "v3.6.16"),
+			obs:    newWorld(3).do(func(w *world) { w.pod("example-0").Ready = false }).obs, // the leader answers, unready
+			action: actMoveLeader, member: "example-1", phase: phaseScaling},
 		{name: "a learner no longer wanted is removed, not promoted", in: in(3, "v3.6.16"),
 			obs:    newWorld(4).do(func(w *world) { w.member("example-3").Learner = true; w.pod("example-3").Ready = false }).obs,
 			action: actRemoveMember, member: "example-3", phase: phaseScaling, msg: "removing learner example-3 for spec.size 3"},
