@@ -70,8 +70,9 @@ type etcdView struct {
 	Leader    string // member ID of the leader, if any member knows one
 	// Members is the leader's member list; nil when no leader answered.
 	Members []memberView
-	// Answered counts the members that answered at all.
-	Answered int
+	// Answered counts the members that answered at all; AnsweredVoters
+	// those of them that vote (learners do not).
+	Answered, AnsweredVoters int
 	// LeaderPod is the leader's Pod: where membership changes are sent.
 	LeaderPod string
 	// AnsweredPods are the Pods whose etcd answered; nil when none was
@@ -714,7 +715,7 @@ func (d *decision) unavailable() step {
 	answering := d.obs.Etcd.Answered
 	var msg, reason string
 	switch {
-	case answering >= quorum(size) && len(d.obs.Pods) > 0:
+	case d.obs.Etcd.AnsweredVoters >= quorum(size) && len(d.obs.Pods) > 0:
 		// Enough members answer, but none knows a leader: an election is
 		// under way (a leader died or stepped down). Look again soon.
 		msg = fmt.Sprintf("no leader yet: %d of %d members answer, and etcd is electing one (%s)", answering, size, d.podSummary(d.memberNames()))

@@ -482,9 +482,12 @@ func (c *controller) act(ctx context.Context, ec *EtcdCluster, in input, obs obs
 		return 0, err
 	case actPromote:
 		err := member("/v3/cluster/member/promote", map[string]string{"ID": s.ID})
-		if etcdRefused(err, "in sync", "not ready", "not a learner") {
+		switch {
+		case etcdRefused(err, "in sync with leader"):
 			log.Info("learner not caught up yet; trying again", "member", s.Member)
 			return s.Again, nil
+		case etcdRefused(err, "can only promote a learner member"):
+			return 0, nil // promoted by an earlier pass
 		}
 		if err != nil {
 			return 0, fmt.Errorf("promote member %s: %w", s.Member, err)
