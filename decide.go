@@ -586,6 +586,12 @@ func (d *decision) upgrade() step {
 		return ordinal(a.member()) - ordinal(b.member())
 	})
 	m := todo[0]
+	if v, _ := d.voters(); v < 3 && d.healthy(m) {
+		msg := fmt.Sprintf("spec.version %s waits: a cluster of %d voting members loses its quorum while one of them restarts; set spec.size to 3 or more to upgrade it without downtime", d.in.Spec.Version, v)
+		d.st.Phase, d.st.Message = d.steadyPhase(), msg
+		d.setProgressing(false, "UpgradeNeedsMembers", msg)
+		return step{}
+	}
 	if !d.withoutOK(m, false) {
 		return d.wait(phaseDegraded, "WaitingForHealth", fmt.Sprintf("upgrading to %s waits: restarting member %s now could cost quorum", d.in.Spec.Version, m.member()))
 	}

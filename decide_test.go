@@ -243,6 +243,8 @@ func TestDecide(t *testing.T) {
 				p.Image, p.Waiting = repo+":v3.7.9", "ImagePullBackOff"
 			}).down("example-1").obs,
 			action: actUpgrade, member: "example-1"},
+		{name: "a cluster of two is not upgraded: a restart would cost its quorum", in: in(2, "v3.7.3"), obs: newWorld(2).obs,
+			phase: phaseRunning, conds: "TFF", msg: "a cluster of 2 voting members loses its quorum while one of them restarts"},
 		{name: "a skipped minor version is refused", in: in(3, "v3.8.0"), obs: newWorld(3).obs,
 			phase: phaseRunning, conds: "TFF", msg: "spec.version v3.8.0 refused: etcd upgrades one minor version at a time"},
 		{name: "a downgrade is refused", in: in(3, "v3.5.21"), obs: newWorld(3).obs,

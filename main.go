@@ -427,7 +427,7 @@ func (c *controller) failed(ctx context.Context, ec *EtcdCluster, prev, st clust
 // warns reports the Progressing reasons that get a Warning Event.
 func warns(reason string) bool {
 	switch reason {
-	case "VersionRefused", "UpgradeStalled", "QuorumLost", "DataLost":
+	case "VersionRefused", "UpgradeStalled", "UpgradeNeedsMembers", "QuorumLost", "DataLost":
 		return true
 	}
 	return false
