@@ -70,8 +70,9 @@ type etcdView struct {
 	Leader    string // member ID of the leader, if any member knows one
 	// Members is the leader's member list; nil when no leader answered.
 	Members []memberView
-	// Answered counts the members that answered at all.
-	Answered int
+	// Answered counts the members that answered at all; AnsweredVoters
+	// those of them that vote (learners do not).
+	Answered, AnsweredVoters int
 	// LeaderPod is the leader's Pod: where membership changes are sent.
 	LeaderPod string
 	// AnsweredPods are the Pods whose etcd answered; nil when none was
@@ -585,6 +586,12 @@ func (d *decision) upgrade() step {
 		return ordinal(a.member()) - ordinal(b.member())
 	})
 	m := todo[0]
+	if v, _ := d.voters(); v < 3 && d.healthy(m) {
+		msg := fmt.Sprintf("spec.version %s waits: a cluster of %d voting members loses its quorum while one of them restarts; set spec.size to 3 or more to upgrade it without downtime", d.in.Spec.Version, v)
+		d.st.Phase, d.st.Message = d.steadyPhase(), msg
+		d.setProgressing(false, "UpgradeNeedsMembers", msg)
+		return step{}
+	}
 	if !d.withoutOK(m, false) {
 		return d.wait(phaseDegraded, "WaitingForHealth", fmt.Sprintf("upgrading to %s waits: restarting member %s now could cost quorum", d.in.Spec.Version, m.member()))
 	}
@@ -714,7 +721,7 @@ func (d *decision) unavailable() step {
 	answering := d.obs.Etcd.Answered
 	var msg, reason string
 	switch {
-	case answering >= quorum(size) && len(d.obs.Pods) > 0:
+	case d.obs.Etcd.AnsweredVoters >= quorum(size) && len(d.obs.Pods) > 0:
 		// Enough members answer, but none knows a leader: an election is
 		// under way (a leader died or stepped down). Look again soon.
 		msg = fmt.Sprintf("no leader yet: %d of %d members answer, and etcd is electing one (%s)", answering, size, d.podSummary(d.memberNames()))

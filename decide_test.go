@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -32,6 +34,7 @@ func (w *world) add(i int, version string) *world {
 	w.obs.Services = append(w.obs.Services, name)
 	w.obs.Etcd.Members = append(w.obs.Etcd.Members, memberView{ID: fmt.Sprint(i + 1), Name: name, PeerHost: name, Answered: true, Version: version})
 	w.obs.Etcd.Answered++
+	w.obs.Etcd.AnsweredVoters++
 	w.obs.Etcd.AnsweredPods = append(w.obs.Etcd.AnsweredPods, name)
 	return w
 }
@@ -60,6 +63,9 @@ func (w *world) down(names ...string) *world {
 		w.pod(n).Ready = false
 		w.member(n).Answered, w.member(n).Version = false, ""
 		w.obs.Etcd.Answered--
+		if !w.member(n).Learner {
+			w.obs.Etcd.AnsweredVoters--
+		}
 		w.obs.Etcd.AnsweredPods = slices.DeleteFunc(w.obs.Etcd.AnsweredPods, func(p string) bool { return p == n })
 	}
 	return w
@@ -70,6 +76,9 @@ func (w *world) noPod(names ...string) *world {
 	for _, n := range names {
 		if w.member(n).Answered {
 			w.obs.Etcd.Answered--
+			if !w.member(n).Learner {
+				w.obs.Etcd.AnsweredVoters--
+			}
 		}
 		w.member(n).Answered = false
 		w.obs.Etcd.AnsweredPods = slices.DeleteFunc(w.obs.Etcd.AnsweredPods, func(p string) bool { return p == n })
@@ -106,6 +115,7 @@ func TestDecide(t *testing.T) {
 		obs    observed
 		action string // the step's action; "" for none
 		member string // the member acted on
+		image  string // the step's image, if set
 		phase  string
 		ready  string
 		// conditions: Available, Progressing, Degraded as "TFT"; "" to skip
@@ -146,7 +156,7 @@ func TestDecide(t *testing.T) {
 			obs:    newWorld(5).noPod("example-3", "example-4").do(func(w *world) { w.obs.Etcd.Members = w.obs.Etcd.Members[:4] }).do(func(w *world) { w.obs.Services = w.obs.Services[:5] }).obs,
 			action: actAddMember, member: "example-4"},
 		{name: "a Pod being deleted is waited for", in: in(3, "v3.6.16"), obs: newWorld(3).do(func(w *world) { w.pod("example-1").Deleting = true }).obs,
-			phase: phaseDegraded, msg: "Pod example-1 is being deleted"},
+			phase: phaseDegraded, ready: "2/3", msg: "Pod example-1 is being deleted"},
 		{name: "scale up adds a learner", in: in(5, "v3.6.16"), obs: newWorld(3).obs,
 			action: actAddMember, member: "example-3", phase: phaseScaling, conds: "TTT", msg: "adding member example-3 as a learner (4 of 5 members)"},
 		{name: "scale up waits for an old Pod of the same name to be gone", in: in(3, "v3.6.16"),
@@ -168,7 +178,7 @@ func TestDecide(t *testing.T) {
 			action: actRemoveMember, member: "example-3", msg: "never started"},
 		{name: "a started learner is promoted", in: in(4, "v3.6.16"),
 			obs:    newWorld(4).do(func(w *world) { w.member("example-3").Learner = true; w.pod("example-3").Ready = false }).obs,
-			action: actPromote, member: "example-3", msg: "promoting learner example-3"},
+			action: actPromote, member: "example-3", ready: "3/4", msg: "promoting learner example-3"},
 		{name: "a learner that does not answer is waited for", in: in(4, "v3.6.16"),
 			obs:   newWorld(4).do(func(w *world) { w.member("example-3").Learner = true }).down("example-3").obs,
 			phase: phaseScaling, msg: "waiting for learner example-3 to start"},
@@ -233,6 +243,8 @@ func TestDecide(t *testing.T) {
 				p.Image, p.Waiting = repo+":v3.7.9", "ImagePullBackOff"
 			}).down("example-1").obs,
 			action: actUpgrade, member: "example-1"},
+		{name: "a cluster of two is not upgraded: a restart would cost its quorum", in: in(2, "v3.7.3"), obs: newWorld(2).obs,
+			phase: phaseRunning, conds: "TFF", msg: "a cluster of 2 voting members loses its quorum while one of them restarts"},
 		{name: "a skipped minor version is refused", in: in(3, "v3.8.0"), obs: newWorld(3).obs,
 			phase: phaseRunning, conds: "TFF", msg: "spec.version v3.8.0 refused: etcd upgrades one minor version at a time"},
 		{name: "a downgrade is refused", in: in(3, "v3.5.21"), obs: newWorld(3).obs,
@@ -245,6 +257,32 @@ func TestDecide(t *testing.T) {
 			action: actAddMember, member: "example-3"},
 		{name: "client Service missing", in: in(3, "v3.6.16"), obs: newWorld(3).do(func(w *world) { w.obs.Services = w.obs.Services[1:] }).obs,
 			action: actCreateClient},
+		// Safety rules, each with the case that breaks it.
+		{name: "a leader still reported over a lost quorum changes nothing", in: in(3, "v3.7.3"), obs: newWorld(3).down("example-1", "example-2").obs,
+			phase: phaseUnavailable, conds: "FFT", msg: "quorum lost"},
+		{name: "half of an even cluster is no quorum", in: in(4, "v3.6.16"), obs: newWorld(4).down("example-2", "example-3").obs,
+			phase: phaseUnavailable, conds: "FFT", msg: "quorum lost"},
+		{name: "learners do not make up a quorum", in: in(5, "v3.6.16"),
+			obs: newWorld(5).do(func(w *world) {
+				w.member("example-3").Learner, w.member("example-4").Learner = true, true
+				w.pod("example-3").Ready, w.pod("example-4").Ready = false, false
+			}).down("example-1", "example-2").obs,
+			conds: "FFT"}, // no step, not Available
+		{name: "members listed but no leader known changes nothing", in: in(3, "v3.6.16"), obs: newWorld(3).do(func(w *world) { w.obs.Etcd.Leader = "" }).obs,
+			conds: "FFT"},
+		{name: "scale down takes an unready leader first, handing leadership away", in: in(2, "v3.6.16"),
+			obs:    newWorld(3).do(func(w *world) { w.pod("example-0").Ready = false }).obs, // the leader answers, unready
+			action: actMoveLeader, member: "example-1", phase: phaseScaling},
+		{name: "a learner no longer wanted is removed, not promoted", in: in(3, "v3.6.16"),
+			obs:    newWorld(4).do(func(w *world) { w.member("example-3").Learner = true; w.pod("example-3").Ready = false }).obs,
+			action: actRemoveMember, member: "example-3", phase: phaseScaling, msg: "removing learner example-3 for spec.size 3"},
+		{name: "a member added while the version is refused runs what the cluster runs", in: in(4, "v3.8.0"),
+			obs: newWorld(3).do(func(w *world) {
+				w.obs.Etcd.Members = append(w.obs.Etcd.Members, memberView{ID: "9", PeerHost: "example-3", Learner: true})
+			}).obs,
+			action: actStartMember, member: "example-3", image: repo + ":v3.6.16"},
+		{name: "a new cluster runs spec.version", in: func() input { i := fresh; i.Spec.Version = "v3.7.3"; return i }(), obs: observed{},
+			action: actBootstrap, image: repo + ":v3.7.3"},
 		{name: "invalid spec", in: func() input { i := in(3, "v3.6.16"); i.Invalid = "spec.size is missing"; return i }(), obs: observed{},
 			phase: phaseFailed, msg: "spec.size is missing"},
 	} {
@@ -252,6 +290,9 @@ func TestDecide(t *testing.T) {
 			st, s := decide(tc.in, tc.obs)
 			if s.Action != tc.action || (tc.member != "" && s.Member != tc.member) {
 				t.Errorf("step = %s %s, want %s %s (status: %s)", s.Action, s.Member, tc.action, tc.member, st.Message)
+			}
+			if tc.image != "" && s.Image != tc.image {
+				t.Errorf("step image = %s, want %s", s.Image, tc.image)
 			}
 			if tc.phase != "" && st.Phase != tc.phase {
 				t.Errorf("phase = %s, want %s (%s)", st.Phase, tc.phase, st.Message)
@@ -583,6 +624,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 						return 0, "", ""
 					}
 					close(hung)
+					f.wake() // the wait below watches hung, which is no request
 					if tc.served {
 						return answerLost, "", ""
 					}
@@ -655,5 +697,158 @@ func TestBootstrapWaitPollsOnlyWhenAPodIsReady(t *testing.T) {
 	w.pod("example-0").Phase, w.pod("example-0").Ready = "Running", true
 	if _, s := decide(fresh, w.obs); s.Action != actNone || s.Again == 0 {
 		t.Errorf("a Pod Ready, etcd silent: step %+v, want a timer", s)
+	}
+}
+
+// A restart over clusters whose Pods never run (no node, or unschedulable)
+// costs the list pages and nothing else: their status says they wait for
+// their members, and only the Pod watch can change that.
+func TestRestartOverWaitingClustersIsFree(t *testing.T) {
+	f := newFakeAPI(t)
+	f.disableNode()
+	f.putCluster("default", "example", size(3))
+	op := startOperator(t, f)
+	waitStatus(f, "example", "waiting for its members", func(st clusterStatus) bool {
+		p, _ := st.condition(condProgressing)
+		return p.Reason == "WaitingForMembers"
+	})
+	op.stop()
+	mark := f.requestCount()
+	startOperator(t, f)
+	f.putCluster("default", "marker", size(1))
+	waitStatus(f, "marker", "waiting for its members", func(st clusterStatus) bool {
+		p, _ := st.condition(condProgressing)
+		return p.Reason == "WaitingForMembers"
+	})
+	var reqs []string
+	for _, r := range f.requestsSince(mark) {
+		if q := r.Path + "?" + r.Query.Encode(); strings.Contains(q, "example") {
+			reqs = append(reqs, r.Method+" "+q)
+		}
+	}
+	if len(reqs) > 0 {
+		t.Errorf("the restart sent requests about a cluster that waits for its Pods: %v", reqs)
+	}
+}
+
+// settledExample creates example with the given spec changes applied in
+// turn, waits until the status reports the last one, and stops the
+// operator: the cluster is as a pass finds it.
+func settledExample(t *testing.T, specs []any, reported func(st clusterStatus) bool) *fakeAPI {
+	t.Helper()
+	f := newFakeAPI(t)
+	f.putCluster("default", "example", size(3))
+	op := startOperator(t, f)
+	waitStatus(f, "example", "Running", running(3))
+	for _, s := range specs {
+		f.putCluster("default", "example", s)
+	}
+	waitStatus(f, "example", "the change reported", reported)
+	op.stop()
+	return f
+}
+
+// newController is the operator's controller on the fake, without its
+// loop: a test calls its passes and steps itself. Its Events stay queued.
+func newController(f *fakeAPI) *controller {
+	c := newClient(f.srv.URL, nil)
+	log := slog.New(slog.DiscardHandler)
+	return &controller{client: c, log: log, image: repo, events: newRecorder(c, log)}
+}
+
+// A pass over a cluster whose status already says what the pass finds
+// writes nothing and records no Event: a healthy cluster, an invalid spec
+// already reported, a refused version already reported.
+func TestPassWritesOnlyNews(t *testing.T) {
+	progressing := func(reason string) func(st clusterStatus) bool {
+		return func(st clusterStatus) bool {
+			p, _ := st.condition(condProgressing)
+			return st.ObservedGeneration == 2 && p.Reason == reason
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		specs    []any
+		reported func(st clusterStatus) bool
+		foreign  bool
+	}{
+		{name: "healthy", reported: running(3)},
+		{name: "invalid spec", specs: []any{size(9)}, reported: progressing("InvalidSpec")},
+		{name: "refused version", specs: []any{map[string]any{"size": 3, "version": "v3.8.0"}}, reported: progressing("VersionRefused")},
+		{name: "a Pod and a Service of another cluster of the same name", reported: running(3), foreign: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := settledExample(t, tc.specs, tc.reported)
+			if tc.foreign {
+				// Objects of another EtcdCluster of the same name (deleted,
+				// not yet collected), labelled as members of this one.
+				labels := map[string]any{labelApp: "etcd", labelCluster: "example", labelMember: "example-9"}
+				owner := ownerReference{APIVersion: apiVersion, Kind: kind, Name: "example", UID: "another-uid", Controller: true}
+				f.mu.Lock()
+				meta := map[string]any{"name": "example-9", "namespace": "default", "labels": labels, "ownerReferences": []any{owner}}
+				f.objects["services/default/example-9"] = map[string]any{"metadata": meta}
+				f.objects["pods/default/example-9"] = map[string]any{"metadata": meta,
+					"spec": map[string]any{"containers": []any{map[string]any{"name": "etcd", "image": repo + ":v3.6.16"}}}}
+				f.mu.Unlock()
+			}
+			ctl := newController(f)
+			ec, err := decodeCluster(mustJSON(f.cluster("default", "example")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			mark := f.requestCount()
+			if _, err := ctl.reconcile(context.Background(), ec); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range f.requestsSince(mark) {
+				if r.Method != "GET" && !strings.HasSuffix(r.Path, "/v3/maintenance/status") && !strings.HasSuffix(r.Path, "/v3/cluster/member/list") {
+					t.Errorf("a pass that found nothing new sent %s %s", r.Method, r.Path)
+				}
+			}
+			if n := len(ctl.events.queue); n > 0 {
+				t.Errorf("a pass that found nothing new recorded %d Events", n)
+			}
+		})
+	}
+}
+
+// A step whose effect is already there (its answer was lost, or an earlier
+// pass took it) is done, not an error, and changes nothing.
+func TestStepAlreadyTaken(t *testing.T) {
+	f := settledExample(t, nil, running(3))
+	ctl := newController(f)
+	ctx := context.Background()
+	ec, err := decodeCluster(mustJSON(f.cluster("default", "example")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := parseSpec(ec.Spec)
+	in := input{Name: "example", Spec: spec, Prev: ec.status(), Gen: ec.Metadata.Generation, Repo: repo, Base: "example"}
+	obs, err := ctl.observe(ctx, ec, "example")
+	if err != nil || obs.Etcd.LeaderPod == "" {
+		t.Fatalf("observe = %+v, %v", obs, err)
+	}
+	pods, svcs := f.objectNames("pods"), f.objectNames("services")
+	for _, s := range []step{
+		{Action: actAddMember, Member: "example-2"},
+		{Action: actRemoveMember, Member: "example-9", ID: "999"},
+		{Action: actDeletePod, Member: "example-9"},
+		{Action: actDeleteSvc, Member: "example-9"},
+		{Action: actCreateClient},
+		{Action: actBootstrap, Members: membersOf(3)},
+	} {
+		if _, err := ctl.act(ctx, ec, in, obs, s); err != nil {
+			t.Errorf("%s %s: %v", s.Action, s.Member, err)
+		}
+	}
+	// Reading again a cluster that is gone: nothing to do, nothing to retry.
+	if got, again, err := ctl.handle(ctx, item{cluster: &EtcdCluster{Metadata: objectMeta{Namespace: "default", Name: "gone"}}, refresh: true}); got != nil || again != 0 || err != nil {
+		t.Errorf("handle of a cluster that is gone = %v, %v, %v; want nothing", got, again, err)
+	}
+	if log := f.membershipLog(); len(log) > 0 {
+		t.Errorf("membership changed: %v", log)
+	}
+	if !slices.Equal(f.objectNames("pods"), pods) || !slices.Equal(f.objectNames("services"), svcs) {
+		t.Errorf("objects changed: pods %v, services %v", f.objectNames("pods"), f.objectNames("services"))
 	}
 }

@@ -91,6 +91,14 @@ func (f *fakeAPI) notify() {
 	f.changed = make(chan struct{})
 }
 
+// wake wakes everyone in waitFor, for a condition that is not the fake's
+// own state.
+func (f *fakeAPI) wake() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.notify()
+}
+
 // waitFor blocks until cond (called with f.mu held) is true, waking on every
 // request the fake sees; it fails the test after a generous bound.
 func (f *fakeAPI) waitFor(what string, cond func() bool) {
@@ -262,6 +270,22 @@ func (f *fakeAPI) sendRaw(b string) {
 	for _, s := range f.streams {
 		s <- []byte(b)
 	}
+}
+
+// bookmark is other objects changing (the resourceVersion moves on) and
+// the server sending a BOOKMARK with the new position to every open watch
+// of clusters, as it does for a watch with allowWatchBookmarks. It
+// returns that resourceVersion.
+func (f *fakeAPI) bookmark() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rv := f.nextRV()
+	line := append(mustJSON(map[string]any{"type": "BOOKMARK", "object": map[string]any{
+		"kind": kind, "apiVersion": apiVersion, "metadata": map[string]any{"resourceVersion": rv}}}), '\n')
+	for _, s := range f.streams {
+		s <- line
+	}
+	return rv
 }
 
 // closeStreams ends every open watch, as the API server does after its
@@ -695,4 +719,31 @@ func toInt(v any) int {
 		return int(v)
 	}
 	return 0
+}
+
+// collectGarbage deletes the Pods and Services of the deleted EtcdCluster
+// with the given uid, as Kubernetes' garbage collector does.
+func (f *fakeAPI) collectGarbage(ns, uid string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for key, obj := range f.objects {
+		resource, rest, _ := strings.Cut(key, "/")
+		objNS, name, _ := strings.Cut(rest, "/")
+		owners, _ := obj["metadata"].(map[string]any)["ownerReferences"].([]any)
+		if objNS != ns || len(owners) == 0 || owners[0].(map[string]any)["uid"] != uid {
+			continue
+		}
+		if resource == "pods" {
+			f.deletePodLocked(ns, name)
+		} else {
+			delete(f.objects, key)
+			f.notify()
+		}
+	}
+}
+
+func (f *fakeAPI) clusterUID(ns, name string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.clusters[ns+"/"+name]["metadata"].(map[string]any)["uid"].(string)
 }

@@ -127,6 +127,10 @@ func (f *fakeAPI) startPodLocked(ns string, pod map[string]any) {
 		proc.Down = true // nothing to join: etcd exits
 	} else if m := e.member(name); m == nil {
 		proc.Removed = true
+	} else if args["initial-cluster-state"] == "existing" && !sameMembers(args["initial-cluster"], e) {
+		// etcd checks a joining member's --initial-cluster against the
+		// cluster's members, and exits when they differ.
+		proc.Down = true
 	} else {
 		m.Started, m.Name = true, name
 	}
@@ -327,7 +331,17 @@ func (f *fakeAPI) deletePodLocked(ns, name string) {
 	delete(f.procs, podKey(ns, name))
 	pod["metadata"].(map[string]any)["resourceVersion"] = f.nextRV()
 	f.emitPodLocked("DELETED", pod)
-	f.syncPodsLocked(ns, pod["metadata"].(map[string]any)["labels"].(map[string]any)[labelCluster].(string))
+	base := pod["metadata"].(map[string]any)["labels"].(map[string]any)[labelCluster].(string)
+	f.syncPodsLocked(ns, base)
+	// The data was on the Pods' emptyDirs: with the last Pod the etcd
+	// cluster is gone.
+	for key := range f.objects {
+		labels, _ := f.objects[key]["metadata"].(map[string]any)["labels"].(map[string]any)
+		if strings.HasPrefix(key, "pods/"+ns+"/") && labels[labelCluster] == base {
+			return
+		}
+	}
+	delete(f.etcds, ns+"/"+base)
 }
 
 // etcdMembers describes a cluster's etcd members: "name" for a voter,
@@ -370,4 +384,20 @@ func matches(obj map[string]any, selector string) bool {
 		}
 	}
 	return true
+}
+
+// sameMembers reports whether an --initial-cluster lists exactly e's
+// members, by peer URL, as etcd checks for a member that joins.
+func sameMembers(initialCluster string, e *fakeEtcd) bool {
+	var got, want []string
+	for _, part := range strings.Split(initialCluster, ",") {
+		_, peer, _ := strings.Cut(part, "=")
+		got = append(got, peer)
+	}
+	for _, m := range e.Members {
+		want = append(want, fmt.Sprintf("http://%s:%d", m.PeerHost, peerPort))
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	return slices.Equal(got, want)
 }

@@ -299,12 +299,13 @@ func expectation(st clusterStatus) string {
 
 // settled reports a status that needs no pass when its cluster is replayed
 // (after a restart, a relist, or the operator's own status write): it
-// describes the current spec and no step is under way. A change of its
-// Pods is noticed through the Pod watch.
+// describes the current spec and no step is under way, or the only thing
+// awaited is its Pods starting. A change of its Pods is noticed through the
+// Pod watch.
 func settled(ec *EtcdCluster) bool {
 	st := ec.status()
 	p, ok := st.condition(condProgressing)
-	return st.ObservedGeneration == ec.Metadata.Generation && ok && p.Status == "False"
+	return st.ObservedGeneration == ec.Metadata.Generation && ok && (p.Status == "False" || p.Reason == "WaitingForMembers")
 }
 
 // handle reconciles one queued cluster, first reading it again if asked.
@@ -426,7 +427,7 @@ func (c *controller) failed(ctx context.Context, ec *EtcdCluster, prev, st clust
 // warns reports the Progressing reasons that get a Warning Event.
 func warns(reason string) bool {
 	switch reason {
-	case "VersionRefused", "UpgradeStalled", "QuorumLost", "DataLost":
+	case "VersionRefused", "UpgradeStalled", "UpgradeNeedsMembers", "QuorumLost", "DataLost":
 		return true
 	}
 	return false
@@ -481,9 +482,12 @@ func (c *controller) act(ctx context.Context, ec *EtcdCluster, in input, obs obs
 		return 0, err
 	case actPromote:
 		err := member("/v3/cluster/member/promote", map[string]string{"ID": s.ID})
-		if etcdRefused(err, "in sync", "not ready", "not a learner") {
+		switch {
+		case etcdRefused(err, "in sync with leader"):
 			log.Info("learner not caught up yet; trying again", "member", s.Member)
 			return s.Again, nil
+		case etcdRefused(err, "can only promote a learner member"):
+			return 0, nil // promoted by an earlier pass
 		}
 		if err != nil {
 			return 0, fmt.Errorf("promote member %s: %w", s.Member, err)

@@ -225,6 +225,9 @@ func (c *controller) observeEtcd(ctx context.Context, ns string, running []*pod)
 		answers[a.Header.MemberID] = a
 		podOf[a.Header.MemberID] = p.Metadata.Name
 		v.AnsweredPods = append(v.AnsweredPods, p.Metadata.Name)
+		if !a.IsLearner {
+			v.AnsweredVoters++
+		}
 		v.ClusterID = firstOf(v.ClusterID, a.Header.ClusterID)
 		if a.Leader != "" && a.Leader != "0" && v.Leader == "" {
 			v.Leader = a.Leader
