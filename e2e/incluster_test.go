@@ -105,13 +105,13 @@ func TestInCluster(t *testing.T) {
 			name: "no delete on pods and services", can: "delete pods",
 			from: podsRule, to: "    resources: [pods, services]\n    verbs: [create, get, list]",
 			want:   `cannot delete resource \"pods\"`,
-			change: func(name string) { apply(t, nsSizedYAML(ns, name, 1, "v3.6.16")) },
+			change: func(name string) { apply(t, nsSizedYAML(ns, name, 2, "v3.6.16")) },
 		},
 		{
 			name: "no patch on pods", can: "patch pods",
 			from: "    resources: [pods]\n    verbs: [watch, patch]", to: "    resources: [pods]\n    verbs: [watch]",
 			want:   `cannot patch resource \"pods\"`,
-			change: func(name string) { apply(t, nsSizedYAML(ns, name, 2, "v3.7.3")) },
+			change: func(name string) { apply(t, nsSizedYAML(ns, name, 3, "v3.7.3")) },
 		},
 		{
 			name: "no update on finalizers", can: "update etcdclusters.coreos.com --subresource=finalizers",
@@ -126,7 +126,7 @@ func TestInCluster(t *testing.T) {
 			}
 			name := "in-" + strings.ReplaceAll(strings.ReplaceAll(tc.name, " ", "-"), "/", "-")
 			if tc.change != nil {
-				apply(t, nsSizedYAML(ns, name, 2, "v3.6.16"))
+				apply(t, nsSizedYAML(ns, name, 3, "v3.6.16"))
 				waitPhaseIn(t, ns, name, "Running", 90*time.Second)
 			}
 			logFrom := len(logOf())
