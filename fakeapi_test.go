@@ -138,13 +138,7 @@ func (f *fakeAPI) count(method, pathPrefix string) int {
 }
 
 func (f *fakeAPI) countLocked(method, pathPrefix string) int {
-	n := 0
-	for _, r := range f.requests {
-		if r.Method == method && strings.HasPrefix(r.Path, pathPrefix) {
-			n++
-		}
-	}
-	return n
+	return f.countMatchingLocked(method, func(path string) bool { return strings.HasPrefix(path, pathPrefix) })
 }
 
 // setFault sets f.fault while the operator runs.
@@ -162,9 +156,13 @@ func (f *fakeAPI) countExact(method, path string) int {
 }
 
 func (f *fakeAPI) countExactLocked(method, path string) int {
+	return f.countMatchingLocked(method, func(p string) bool { return p == path })
+}
+
+func (f *fakeAPI) countMatchingLocked(method string, match func(path string) bool) int {
 	n := 0
 	for _, r := range f.requests {
-		if r.Method == method && r.Path == path {
+		if r.Method == method && match(r.Path) {
 			n++
 		}
 	}
