@@ -2,18 +2,21 @@
 //
 // It is the heir of the first Kubernetes operator, the 2016 etcd-operator
 // demo: the same idea in the same few files, with the standard library only.
-// An operator is a control loop. It watches the objects users write
-// (watch.go), compares what they ask for with what exists, and makes the
-// difference with ordinary API requests (manifests.go says what it creates,
-// client.go how it talks). Data flows one way:
+// An operator is a control loop. It watches the objects users write and
+// the Pods it made (watch.go), and for each cluster a worker runs one pass:
+// observe what exists (observe.go: Kubernetes and etcd itself), decide the
+// one next step (decide.go, a pure function), act with ordinary API
+// requests (this file; manifests.go says what it creates, client.go how it
+// talks), and report (report.go). Data flows one way:
 //
 //	watch -> events channel -> control loop -> workers -> API server
 //
 // The loop is level-based, not edge-based: every event, including the replay
-// of all existing objects after a restart, means "make sure this cluster
-// exists", never "create a cluster". Deterministic names, 409 AlreadyExists
-// and the cluster's own status (written through the status subresource) make
-// that safe and cheap; the 2016 demo made a new cluster for every event.
+// of all existing objects after a restart, means "make sure this cluster is
+// as its spec says", never "create a cluster". Deterministic names, 409
+// AlreadyExists and the cluster's own status (written through the status
+// subresource) make that safe and cheap; the 2016 demo made a new cluster for
+// every event.
 package main
 
 import (
