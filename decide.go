@@ -118,6 +118,10 @@ type step struct {
 	// used only while waiting for something no Kubernetes object shows
 	// (a learner catching up, a member reporting its new version).
 	Again time.Duration
+	// Last ends the pass once the action succeeds: what it leads to
+	// (Pods starting) comes as events, and another look now would only
+	// read what was just written.
+	Last bool
 	// Event, when set, is recorded once the action succeeds.
 	EventType, EventReason, EventMessage string
 }
@@ -222,11 +226,14 @@ func (d *decision) bootstrap() step {
 	d.setAvailable(false, "NotStarted", "etcd has not answered yet")
 	d.setDegraded(false, "Creating", "")
 	if len(missing) > 0 {
-		msg := fmt.Sprintf("creating %d members: %s; clients will use Service %s-client", len(names), strings.Join(names, ", "), d.in.Base) + d.namesNote()
+		// The status written after the step already says what comes next,
+		// so the pass ends there: the Pods' events start the next one.
+		msg := fmt.Sprintf("created %d members: %s; waiting for them to start and elect a leader", len(names), strings.Join(names, ", ")) + d.namesNote()
 		d.st.Phase, d.st.Message = phaseCreating, msg
-		d.setProgressing(true, "Creating", msg)
-		return step{Action: actBootstrap, Members: names, Image: d.image(),
-			EventType: eventNormal, EventReason: reasonClusterCreated, EventMessage: msg}
+		d.setProgressing(true, "WaitingForMembers", msg)
+		event := fmt.Sprintf("creating %d members: %s; clients will use Service %s-client", len(names), strings.Join(names, ", "), d.in.Base) + d.namesNote()
+		return step{Action: actBootstrap, Members: names, Image: d.image(), Last: true,
+			EventType: eventNormal, EventReason: reasonClusterCreated, EventMessage: event}
 	}
 	msg := fmt.Sprintf("waiting for the members to start and elect a leader: %s", d.podSummary(names)) + d.namesNote()
 	d.st.Phase, d.st.Message = phaseCreating, msg

@@ -123,10 +123,10 @@ func TestDecide(t *testing.T) {
 		msg   string // a part of the status message
 	}{
 		{name: "new cluster", in: fresh, obs: observed{},
-			action: actBootstrap, phase: phaseCreating, ready: "0/3", conds: "FTF", msg: "creating 3 members: example-0, example-1, example-2"},
+			action: actBootstrap, phase: phaseCreating, ready: "0/3", conds: "FTF", msg: "created 3 members: example-0, example-1, example-2; waiting for them to start"},
 		{name: "bootstrap keeps the size it started with", in: func() input { i := fresh; i.Spec.Size = 5; return i }(),
 			obs:    observed{Pods: []podView{{Name: "example-0", Phase: "Pending", State: "new", InitialCluster: "example-0=http://example-0:2380,example-1=http://example-1:2380,example-2=http://example-2:2380"}}},
-			action: actBootstrap, phase: phaseCreating, msg: "creating 3 members"},
+			action: actBootstrap, phase: phaseCreating, msg: "created 3 members"},
 		{name: "bootstrapped, members not answering yet", in: fresh,
 			obs:   newWorld(3).do(func(w *world) { w.obs.Etcd = etcdView{} }).do(func(w *world) { w.pod("example-1").Ready = false }).obs,
 			phase: phaseCreating, conds: "FTF", msg: "waiting for the members to start and elect a leader: example-0 ready, example-1 Running"},

@@ -378,7 +378,7 @@ func (c *controller) reconcile(ctx context.Context, ec *EtcdCluster) (time.Durat
 				return 0, err
 			}
 			in.Prev = st
-			if again > 0 {
+			if again > 0 || s.Last {
 				return again, nil
 			}
 			continue

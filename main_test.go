@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -537,6 +538,30 @@ func TestModifiedAndDeleted(t *testing.T) {
 // finished: "Creating" arrives when the cluster is already Created. Such
 // stale events of a generation already handled must cost nothing; acting on
 // them would write "Creating" and "Created" again, and loop.
+// TestNewClusterIsLookedAtOnce: a new cluster costs one pass, two lists
+// to see what exists, its seven objects and one status write; the Pods'
+// events, not a second look, start what comes next.
+func TestNewClusterIsLookedAtOnce(t *testing.T) {
+	f := newFakeAPI(t)
+	f.disableNode()
+	startOperator(t, f)
+	f.waitFor("the watch", func() bool { return len(f.streams) == 1 })
+	f.putCluster("default", "example", size(3))
+	f.putCluster("default", "marker", size(1)) // one worker: done after example
+	waitWaiting(f, "marker")
+	got := map[string]int{}
+	for _, r := range f.requestsSince(0) {
+		about := strings.Contains(r.Path, "/example") || strings.HasSuffix(r.Query.Get("labelSelector"), "=example") || strings.Contains(r.Body, `"example-`)
+		if about && !strings.HasSuffix(r.Path, "/events") && r.Query.Get("watch") == "" {
+			got[r.Method]++
+		}
+	}
+	want := map[string]int{"GET": 2, "POST": 7, "PATCH": 1}
+	if !maps.Equal(got, want) {
+		t.Errorf("requests about a new cluster of 3 = %v, want %v (two lists, 4 Services and 3 Pods, one status write); requests:\n%s", got, want, f.requestLog())
+	}
+}
+
 func TestLaggingWatchCausesNoRework(t *testing.T) {
 	f := newFakeAPI(t)
 	// Pods that never run: only the cluster events (the lagging ones)
