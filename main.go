@@ -25,6 +25,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"log/slog"
 	"net/http"
@@ -186,9 +187,16 @@ type controller struct {
 	// whether each member Pod is Ready. When the two disagree, the
 	// cluster is looked at (one read of it); when they agree, nothing is
 	// sent. A bit per Pod and a short string per cluster, not a cache of
-	// Pods or clusters.
+	// Pods or clusters; Pods are keyed by a hash of their key (podKey), so
+	// thousands of them cost no strings on the heap.
 	expect map[string]string
-	ready  map[string]bool
+	ready  map[uint64]bool
+	seed   maphash.Seed
+}
+
+// podKey is the key of a Pod in c.ready.
+func (c *controller) podKey(ns, name string) uint64 {
+	return maphash.String(c.seed, ns+"/"+name)
 }
 
 // run is the control loop: it hands each event to the queue until the
@@ -198,7 +206,7 @@ type controller struct {
 // restart, instead of sending every Pod's cluster to work.
 func (c *controller) run(ctx context.Context, clusters <-chan event[*EtcdCluster], pods <-chan event[podEvent], synced, podsSynced <-chan struct{}, workers int) {
 	q := newQueue(workers, c.handle, c.log)
-	c.expect, c.ready = map[string]string{}, map[string]bool{}
+	c.expect, c.ready, c.seed = map[string]string{}, map[uint64]bool{}, maphash.MakeSeed()
 	var podsIn <-chan event[podEvent]
 	podsListed := false
 	for clusters != nil || podsIn != nil {
@@ -212,12 +220,16 @@ func (c *controller) run(ctx context.Context, clusters <-chan event[*EtcdCluster
 			for key, exp := range c.expect {
 				ns, name, _ := strings.Cut(key, "/")
 				for _, m := range strings.Fields(exp) {
-					if c.ready[ns+"/"+m[1:]] != (m[0] == '+') {
+					if c.ready[c.podKey(ns, m[1:])] != (m[0] == '+') {
 						q.add(ctx, item{cluster: &EtcdCluster{Metadata: objectMeta{Namespace: ns, Name: name}}, refresh: true})
 						break
 					}
 				}
 			}
+			// Both first lists are in and nothing of them is kept: hand
+			// their memory back now rather than at an idle process's next
+			// forced collection, minutes later.
+			debug.FreeOSMemory()
 		case ev, ok := <-clusters:
 			if !ok {
 				clusters = nil
@@ -233,7 +245,7 @@ func (c *controller) run(ctx context.Context, clusters <-chan event[*EtcdCluster
 				// gets one.
 				refresh := false
 				for _, m := range st.Members {
-					ready, known := c.ready[ec.Metadata.Namespace+"/"+m.Name]
+					ready, known := c.ready[c.podKey(ec.Metadata.Namespace, m.Name)]
 					refresh = refresh || (podsListed || known) && ready != m.Ready
 				}
 				q.add(ctx, item{cluster: ec, refresh: refresh && settled(ec)})
@@ -256,9 +268,9 @@ func (c *controller) run(ctx context.Context, clusters <-chan event[*EtcdCluster
 			podKey := p.Namespace + "/" + p.Name
 			mark := "-"
 			if ev.Type == "DELETED" {
-				delete(c.ready, podKey)
+				delete(c.ready, c.podKey(p.Namespace, p.Name))
 			} else {
-				c.ready[podKey] = p.Ready
+				c.ready[c.podKey(p.Namespace, p.Name)] = p.Ready
 				if p.Ready {
 					mark = "+"
 				}
