@@ -15,7 +15,7 @@ var jsonClient = &http.Client{Timeout: 10 * time.Second}
 
 // DoJSON is the e2e module's one HTTP/JSON helper: it sends body (nil for
 // none; []byte as it is; anything else as JSON) with method to url through
-// c (nil: a client with a 10 s timeout), fails unless the answer's status
+// c (nil: a client with a 10 s timeout; a PATCH as a JSON merge patch), fails unless the answer's status
 // is want, and decodes the answer into v when v is not nil.
 func DoJSON(c *http.Client, method, url string, body any, want int, v any) error {
 	if c == nil {
@@ -39,6 +39,9 @@ func DoJSON(c *http.Client, method, url string, body any, want int, v any) error
 	}
 	if r != nil {
 		req.Header.Set("Content-Type", "application/json")
+		if method == "PATCH" {
+			req.Header.Set("Content-Type", "application/merge-patch+json")
+		}
 	}
 	resp, err := c.Do(req)
 	if err != nil {

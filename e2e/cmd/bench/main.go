@@ -1,6 +1,7 @@
-// Command bench measures the operator on a real control plane, against a
-// loader that POSTs the same objects, and prints a table (see the README's
-// Performance section):
+// Command bench measures the operator on a real control plane, against
+// loaders that send the same objects, and as root the day-2 operations on
+// a real node against etcd's own timings; it prints a table (see the
+// README's Performance section) and exits 1 when a target is missed:
 //
 //	go run -C e2e ./cmd/bench
 package main
@@ -11,40 +12,54 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"time"
 
 	"etcd-operator/e2e"
 )
 
 func main() {
-	rounds := flag.Int("rounds", 3, "rounds of operator against loader (medians are reported)")
-	clusters := flag.Int("clusters", 200, "clusters of size 3 applied at once")
-	singles := flag.Int("singles", 9, "one-cluster runs (the median is reported)")
-	many := flag.Int("rss-clusters", 2000, "watched clusters for the memory comparison against 10")
+	o := e2e.BenchOptions{Out: os.Stdout}
+	flag.IntVar(&o.Rounds, "rounds", 3, "rounds of operator against loaders, alternating which goes first (medians are reported)")
+	flag.IntVar(&o.Clusters, "clusters", 200, "clusters of size 3 applied at once")
+	flag.IntVar(&o.Singles, "singles", 9, "one-cluster runs (the median is reported)")
+	flag.IntVar(&o.RSSClusters, "rss-clusters", 2000, "watched clusters for the memory comparison against 10")
+	flag.DurationVar(&o.Window, "window", time.Minute, "how long the restart and steady-state windows last")
+	flag.BoolVar(&o.Day2, "day2", os.Geteuid() == 0, "measure day-2 operations on a real node (needs root)")
 	opFlags := flag.String("operator-flags", "", "extra operator flags, space-separated (e.g. \"-workers=8\")")
 	flag.Parse()
-	if err := run(*rounds, *clusters, *singles, *many, strings.Fields(*opFlags)); err != nil {
+	o.OperatorFlags = strings.Fields(*opFlags)
+	missed, err := run(o)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	if len(missed) > 0 {
+		fmt.Fprintf(os.Stderr, "bench: %d targets missed:\n  %s\n", len(missed), strings.Join(missed, "\n  "))
 		os.Exit(1)
 	}
 }
 
-func run(rounds, clusters, singles, many int, opFlags []string) error {
+func run(o e2e.BenchOptions) ([]string, error) {
 	cp, err := e2e.Up(os.Stdout, "etcd-operator-bench-", 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer os.RemoveAll(cp.Dir)
 	defer cp.Stop()
-	op, err := e2e.BuildOperator(cp.Dir)
-	if err != nil {
-		return err
+	if o.OperatorBin, err = e2e.BuildOperator(cp.Dir); err != nil {
+		return nil, err
 	}
-	r, err := e2e.RunBenchmark(cp, e2e.BenchOptions{Rounds: rounds, Clusters: clusters, Singles: singles, RSSClusters: many, OperatorBin: op, OperatorFlags: opFlags, Out: os.Stdout})
+	if o.Day2 {
+		if _, err := cp.StartNode(o.OperatorBin); err != nil {
+			return nil, err
+		}
+	}
+	r, err := e2e.RunBenchmark(cp, o)
 	if err != nil {
 		cp.DumpLogs(os.Stdout, 30)
-		return err
+		return nil, err
 	}
-	fmt.Printf("\nKubernetes %s, etcd %s, %s, %d cores, through kubectl proxy; operator flags: defaults %s\n\n", e2e.KubernetesVersion, e2e.EtcdVersion, runtime.Version(), runtime.NumCPU(), strings.Join(opFlags, " "))
+	fmt.Printf("\nKubernetes %s, etcd %s, %s, %d cores, through kubectl proxy; operator flags: defaults %s\n\n", e2e.KubernetesVersion, e2e.EtcdVersion, runtime.Version(), runtime.NumCPU(), strings.Join(o.OperatorFlags, " "))
 	r.Table(os.Stdout)
-	return nil
+	return r.Missed(), nil
 }
