@@ -59,7 +59,7 @@ type BenchReport struct {
 	Window time.Duration
 	// The burst: Objects Pods and Services of Objects/7 clusters.
 	Objects, Rounds int
-	First           []string // which side went first, per round
+	First           []string // which side went first, per round: operator, objects or requests (the loaders)
 	// Medians over the rounds. Loader16 POSTs the operator's objects, 16
 	// at a time; LoaderSame sends, per cluster and 16 clusters at a time,
 	// what the operator sends: the EtcdCluster, two lists, the 7 objects
@@ -239,14 +239,16 @@ func (b *bench) settle(ns string, services int) error {
 
 // burst: Clusters clusters at once, in rounds. Each round runs the
 // operator and the two 16-at-a-time loaders, each in a namespace of its
-// own; the operator goes first in even rounds and last in odd ones.
+// own, each side first in turn. The loaders at 8 and 1 run once, after.
 func (b *bench) burst() error {
 	r := b.r
 	var ops, l16s, sames []time.Duration
 	for round := range r.Rounds {
-		sides := []string{"operator", "loader", "same"}
-		if round%2 == 1 {
-			sides = []string{"loader", "same", "operator"}
+		// Each side goes first in turn: the control plane holds more
+		// objects for whoever comes later in a round.
+		sides := []string{"operator", "objects", "requests"}
+		for range round % len(sides) {
+			sides = append(sides[1:], sides[0])
 		}
 		r.First = append(r.First, sides[0])
 		for _, side := range sides {
@@ -260,11 +262,11 @@ func (b *bench) burst() error {
 			case "operator":
 				d, err = b.burstOperator(ns, round)
 				ops = append(ops, d)
-			case "loader":
+			case "objects":
 				b.say("round %d/%d: loader, the operator's %d objects, %d at a time", round+1, r.Rounds, r.Objects, workers)
 				d, err = b.loadBare(ns, workers)
 				l16s = append(l16s, d)
-			case "same":
+			case "requests":
 				b.say("round %d/%d: loader, the operator's requests for %d clusters, %d clusters at a time", round+1, r.Rounds, len(b.names), workers)
 				d, err = b.loadSame(ns, workers)
 				sames = append(sames, d)

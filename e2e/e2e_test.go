@@ -397,8 +397,8 @@ func TestBenchmarkSmoke(t *testing.T) {
 	if want := r.Objects + r.Objects/7; r.BurstRequests.Writes-r.BurstRequests.Events != want {
 		t.Errorf("the burst's writes but Events = %d, want %d: each cluster's 7 objects and one status write", r.BurstRequests.Writes-r.BurstRequests.Events, want)
 	}
-	if !slices.Equal(r.First, []string{"operator", "loader"}) {
-		t.Errorf("first side per round = %v, want the operator, then a loader", r.First)
+	if !slices.Equal(r.First, []string{"operator", "objects"}) {
+		t.Errorf("first side per round = %v, want the operator, then the objects loader", r.First)
 	}
 }
 
