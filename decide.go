@@ -791,14 +791,12 @@ func (d *decision) describe(m memberView) string {
 func (d *decision) reportMembers() {
 	etcd := d.obs.Etcd
 	if etcd.Members == nil {
-		// No leader to list members: keep the last list, with what the Pods say.
+		// No leader to list members: keep the last list. Without a leader
+		// etcd serves no reads or writes, so no member is ready, whatever a
+		// Pod's Ready condition still says (the kubelet probes every 2 s).
 		for _, m := range d.in.Prev.Members {
-			p := d.pods[m.Name]
-			m.Ready, m.Leader = p != nil && p.Ready, false
+			m.Ready, m.Leader = false, false
 			d.st.Members = append(d.st.Members, m)
-			if m.Ready {
-				d.st.ReadyMembers++
-			}
 		}
 		d.st.CurrentVersion = d.in.Prev.CurrentVersion
 		return

@@ -135,7 +135,7 @@ func TestDecide(t *testing.T) {
 		{name: "one member crashed: the kubelet restarts it", in: in(3, "v3.6.16"), obs: newWorld(3).down("example-2").obs,
 			phase: phaseDegraded, ready: "2/3", conds: "TFT", msg: "2 of 3 members ready; not ready: example-2 does not answer (Pod Running)"},
 		{name: "quorum lost", in: in(3, "v3.6.16"), obs: newWorld(3).down("example-1", "example-2").noQuorum().obs,
-			phase: phaseUnavailable, conds: "FFT", msg: "quorum lost: 1 of 3 members answer, 2 needed"},
+			phase: phaseUnavailable, ready: "0/3", conds: "FFT", msg: "quorum lost: 1 of 3 members answer, 2 needed"},
 		{name: "a leader election under way is not quorum lost", in: in(3, "v3.6.16"), obs: newWorld(3).down("example-0").noQuorum().obs,
 			phase: phaseDegraded, conds: "FFT", msg: "no leader yet: 2 of 3 members answer, and etcd is electing one"},
 		{name: "quorum lost, two Pods gone", in: in(3, "v3.6.16"), obs: newWorld(3).noPod("example-1", "example-2").noQuorum().obs,
