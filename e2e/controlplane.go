@@ -178,6 +178,23 @@ func (cp *ControlPlane) waitDefaultServiceAccount(ns string) error {
 // CreateNodeNamespace is CreateNamespace for a namespace whose Pods the
 // node runs (every other namespace's Pods stay Pending).
 func (cp *ControlPlane) CreateNodeNamespace(ns string) error {
+	// A namespace of that name still being deleted (a test run again with
+	// -count) would take the new objects with it once its finalizers are
+	// done: wait until it is gone.
+	err := Eventually(3*time.Minute, "namespace "+ns+" to be deleted", func() (bool, error) {
+		code, b, err := cp.Do("GET", "/api/v1/namespaces/"+ns, nil, "")
+		if err != nil {
+			return false, err
+		}
+		var o struct{ Status struct{ Phase string } }
+		if code == 200 && json.Unmarshal(b, &o) == nil && o.Status.Phase == "Terminating" {
+			return false, nil
+		}
+		return code == 200 || code == 404, nil
+	})
+	if err != nil {
+		return err
+	}
 	yaml := fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n  annotations:\n    %s: \"\"\n", ns, RunOnNodeAnnotation)
 	if _, err := cp.Kubectl(yaml, "apply", "-f", "-"); err != nil {
 		return err
