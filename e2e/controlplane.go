@@ -162,10 +162,30 @@ func Start(out io.Writer, bin Binaries, dir string, proxyPort int) (_ *ControlPl
 // refused until the ServiceAccount controller has made its default
 // ServiceAccount.
 func (cp *ControlPlane) CreateNamespace(ns string) error {
+	if err := cp.waitTerminated(ns); err != nil {
+		return err
+	}
 	if _, err := cp.Kubectl("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+ns+"\n", "apply", "-f", "-"); err != nil {
 		return err
 	}
 	return cp.waitDefaultServiceAccount(ns)
+}
+
+// waitTerminated waits until no namespace ns is being deleted: one still
+// terminating (a test run again with -count) would take the new objects
+// with it once its finalizers are done.
+func (cp *ControlPlane) waitTerminated(ns string) error {
+	return Eventually(3*time.Minute, "namespace "+ns+" to be deleted", func() (bool, error) {
+		code, b, err := cp.Do("GET", "/api/v1/namespaces/"+ns, nil, "")
+		if err != nil {
+			return false, err
+		}
+		var o struct{ Status struct{ Phase string } }
+		if code == 200 && json.Unmarshal(b, &o) == nil && o.Status.Phase == "Terminating" {
+			return false, nil
+		}
+		return code == 200 || code == 404, nil
+	})
 }
 
 func (cp *ControlPlane) waitDefaultServiceAccount(ns string) error {
@@ -178,21 +198,7 @@ func (cp *ControlPlane) waitDefaultServiceAccount(ns string) error {
 // CreateNodeNamespace is CreateNamespace for a namespace whose Pods the
 // node runs (every other namespace's Pods stay Pending).
 func (cp *ControlPlane) CreateNodeNamespace(ns string) error {
-	// A namespace of that name still being deleted (a test run again with
-	// -count) would take the new objects with it once its finalizers are
-	// done: wait until it is gone.
-	err := Eventually(3*time.Minute, "namespace "+ns+" to be deleted", func() (bool, error) {
-		code, b, err := cp.Do("GET", "/api/v1/namespaces/"+ns, nil, "")
-		if err != nil {
-			return false, err
-		}
-		var o struct{ Status struct{ Phase string } }
-		if code == 200 && json.Unmarshal(b, &o) == nil && o.Status.Phase == "Terminating" {
-			return false, nil
-		}
-		return code == 200 || code == 404, nil
-	})
-	if err != nil {
+	if err := cp.waitTerminated(ns); err != nil {
 		return err
 	}
 	yaml := fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n  annotations:\n    %s: \"\"\n", ns, RunOnNodeAnnotation)
