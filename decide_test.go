@@ -18,7 +18,6 @@ const repo = "gcr.io/etcd-development/etcd"
 
 func newWorld(n int) *world {
 	w := &world{}
-	w.obs.ClientService = true
 	w.obs.Services = append(w.obs.Services, "example-client")
 	w.obs.Etcd = etcdView{ClusterID: "42", Leader: "1", LeaderPod: "example-0", Members: []memberView{}}
 	for i := range n {
@@ -822,23 +821,29 @@ func TestStepAlreadyTaken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, _ := parseSpec(ec.Spec)
-	in := input{Name: "example", Spec: spec, Prev: ec.status(), Gen: ec.Metadata.Generation, Repo: repo, Base: "example"}
+	in := newInput(ec, repo)
 	obs, err := ctl.observe(ctx, ec, "example")
 	if err != nil || obs.Etcd.LeaderPod == "" {
 		t.Fatalf("observe = %+v, %v", obs, err)
 	}
 	pods, svcs := f.objectNames("pods"), f.objectNames("services")
+	d := newDecision(in, obs)
+	plan := d.plan(d.image())
 	for _, s := range []step{
-		{Action: actAddMember, Member: "example-2"},
-		{Action: actRemoveMember, Member: "example-9", ID: "999"},
-		{Action: actDeletePod, Member: "example-9"},
-		{Action: actDeleteSvc, Member: "example-9"},
-		{Action: actCreateClient},
-		{Action: actBootstrap, Members: membersOf(3)},
+		d.etcdStep(actAddMember, "example-2", "", "/v3/cluster/member/add", map[string]any{"peerURLs": []string{peerURL("example-2")}, "isLearner": true}),
+		d.removeStep(memberView{ID: "999", Name: "example-9"}),
+		{Action: actDeletePod, Member: "example-9", Delete: "pods"},
+		{Action: actDeleteSvc, Member: "example-9", Delete: "services"},
+		{Action: actCreateClient, Create: []object{{"services", "example-client", plan.clientService()}}},
+		d.bootstrapStep(membersOf(3)),
 	} {
-		if _, err := ctl.act(ctx, ec, in, obs, s); err != nil {
+		s.Namespace, s.Cluster, s.Owner = in.Namespace, in.Name, in.UID
+		out, err := ctl.act(ctx, s)
+		if err != nil {
 			t.Errorf("%s %s: %v", s.Action, s.Member, err)
+		}
+		if s.Delete == "" && out != stepNoop {
+			t.Errorf("%s %s: outcome %d, want a no-op", s.Action, s.Member, out)
 		}
 	}
 	// Reading again a cluster that is gone: nothing to do, nothing to retry.

@@ -139,13 +139,14 @@ func FuzzSpec(f *testing.F) {
 		if name == "" {
 			name = "x"
 		}
-		p := newClusterPlan(&EtcdCluster{Metadata: objectMeta{Name: name, Namespace: "ns", UID: "u"}}, spec, "img")
-		for _, n := range append([]string{p.ClientService}, p.Members...) {
+		p := newClusterPlan(objectMeta{Name: name, Namespace: "ns", UID: "u"}, "img:"+spec.Version)
+		members := []string{memberName(p.Base, 0), memberName(p.Base, spec.Size-1)}
+		for _, n := range append([]string{p.ClientService}, members...) {
 			if len(n) > 63 || !dns1035.MatchString(n) {
 				t.Fatalf("name %q (from %q) is not a DNS-1035 label", n, name)
 			}
 		}
-		for _, b := range [][]byte{p.memberService(p.Members[0]), p.clientService(), p.memberPod(p.Members[0])} {
+		for _, b := range [][]byte{p.memberService(members[0]), p.clientService(), p.memberPod(members[0], initialCluster([]peer{{members[0], members[0]}}))} {
 			if !json.Valid(b) {
 				t.Fatalf("invalid JSON: %s", b)
 			}

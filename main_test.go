@@ -1254,8 +1254,7 @@ func TestBaseName(t *testing.T) {
 
 func TestTokenIsStablePerUID(t *testing.T) {
 	plan := func(uid string) clusterPlan {
-		ec := &EtcdCluster{Metadata: objectMeta{Name: "example", Namespace: "default", UID: uid}}
-		return newClusterPlan(ec, clusterSpec{Size: 3, Version: defaultVersion}, "img")
+		return newClusterPlan(objectMeta{Name: "example", Namespace: "default", UID: uid}, "img:"+defaultVersion)
 	}
 	a, b := plan("uid-1"), plan("uid-2")
 	if a.Token != plan("uid-1").Token {
@@ -1438,87 +1437,6 @@ func TestEventRateLimit(t *testing.T) {
 // 1s up to 5 minutes; the retry reads the cluster again first. A success,
 // or the cluster's deletion, starts the delay over; other clusters' delays
 // are their own.
-func TestRetryBackoff(t *testing.T) {
-	var logs syncBuffer
-	var mu sync.Mutex
-	failing := map[string]bool{}
-	handle := func(_ context.Context, it item) (*EtcdCluster, time.Duration, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if failing[it.cluster.Metadata.Name] {
-			return it.cluster, 0, errors.New("refused")
-		}
-		return it.cluster, 0, nil
-	}
-	q := newQueue(2, handle, slog.New(slog.NewTextHandler(&logs, nil)))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cluster := func(name string) *EtcdCluster {
-		return &EtcdCluster{Metadata: objectMeta{Namespace: "default", Name: name, UID: "uid-" + name, Generation: 1}}
-	}
-	delay := regexp.MustCompile(`msg="retrying later" cluster=default/(\w+) in=(\S+)`)
-	// pass handles name once, as a retry would, and returns the delay
-	// before the next try ("" if none).
-	pass := func(name string, fails bool) string {
-		t.Helper()
-		mu.Lock()
-		failing[name] = fails
-		mu.Unlock()
-		before := len(logs.String())
-		q.add(ctx, item{cluster: cluster(name), refresh: true})
-		q.wait()
-		for _, m := range delay.FindAllStringSubmatch(logs.String()[before:], -1) {
-			if m[1] == name {
-				return m[2]
-			}
-		}
-		return ""
-	}
-	start := time.Now()
-	var got []string
-	for range 11 {
-		got = append(got, pass("a", true))
-	}
-	want := []string{"1s", "2s", "4s", "8s", "16s", "32s", "1m4s", "2m8s", "4m16s", "5m0s", "5m0s"}
-	if !slices.Equal(got, want) {
-		t.Errorf("delays after 1 to 11 failures = %v, want %v", got, want)
-	}
-	if d := pass("b", true); d != "1s" {
-		t.Errorf("another cluster's first failure: retry in %s, want 1s", d)
-	}
-	if d := pass("a", false); d != "" {
-		t.Errorf("a success is retried in %s", d)
-	}
-	if d := pass("a", true); d != "1s" {
-		t.Errorf("a failure after a success: retry in %s, want 1s", d)
-	}
-	pass("a", true)
-	q.forget(cluster("a"))
-	q.mu.Lock()
-	_, kept := q.handled[uidOf(cluster("a"))]
-	q.mu.Unlock()
-	if kept {
-		t.Error("the queue keeps the generation of a deleted cluster")
-	}
-	if d := pass("a", true); d != "1s" {
-		t.Errorf("a failure after the cluster was deleted and made again: retry in %s, want 1s", d)
-	}
-
-	// The first retries come back to the control loop after 1s, marked to
-	// read the cluster again.
-	select {
-	case it := <-q.retries:
-		if !it.refresh {
-			t.Errorf("retry of %s does not read the cluster again", it.cluster.key())
-		}
-		if d := time.Since(start); d < time.Second {
-			t.Errorf("retried after %v, before its 1s", d)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no retry within 10s")
-	}
-}
-
 // about returns the requests, Events excepted, whose path, query or body
 // name the cluster.
 func about(reqs []request, name string) []string {
@@ -1768,71 +1686,6 @@ func TestControlLoop(t *testing.T) {
 // the pass handled their generation already (the operator's own status
 // writes, coming back). A request to read the cluster again is never
 // dropped.
-func TestQueueFoldsAndDrops(t *testing.T) {
-	ec := func(gen int64) *EtcdCluster {
-		return &EtcdCluster{Metadata: objectMeta{Namespace: "default", Name: "a", UID: "uid-a", Generation: gen}}
-	}
-	for _, tc := range []struct {
-		name   string
-		during []item // added while the first pass (of generation 1) runs
-		after  []item // added once it is done
-		want   []string
-	}{
-		{name: "nothing else", want: []string{"1"}},
-		{name: "its own generation, during the pass", during: []item{{cluster: ec(1)}}, want: []string{"1"}},
-		{name: "its own generation, after the pass", after: []item{{cluster: ec(1)}}, want: []string{"1"}},
-		{name: "a new generation", during: []item{{cluster: ec(2)}}, want: []string{"1", "2"}},
-		{name: "folded into the newest", during: []item{{cluster: ec(2)}, {cluster: ec(3)}}, want: []string{"1", "3"}},
-		{name: "a new generation after the pass", after: []item{{cluster: ec(2)}}, want: []string{"1", "2"}},
-		{name: "read again, during the pass", during: []item{{cluster: ec(1), refresh: true}}, want: []string{"1", "1 refresh"}},
-		{name: "read again, after the pass", after: []item{{cluster: ec(1), refresh: true}}, want: []string{"1", "1 refresh"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var mu sync.Mutex
-			var calls []string
-			running, most := 0, 0
-			started, release := make(chan struct{}, 10), make(chan struct{})
-			handle := func(_ context.Context, it item) (*EtcdCluster, time.Duration, error) {
-				mu.Lock()
-				s := fmt.Sprint(it.cluster.Metadata.Generation)
-				if it.refresh {
-					s += " refresh"
-				}
-				calls = append(calls, s)
-				running++
-				most = max(most, running)
-				first := len(calls) == 1
-				mu.Unlock()
-				started <- struct{}{}
-				if first {
-					<-release
-				}
-				mu.Lock()
-				running--
-				mu.Unlock()
-				return it.cluster, 0, nil
-			}
-			q := newQueue(4, handle, slog.New(slog.DiscardHandler))
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			q.add(ctx, item{cluster: ec(1)})
-			<-started
-			for _, it := range tc.during {
-				q.add(ctx, it)
-			}
-			close(release)
-			q.wait()
-			for _, it := range tc.after {
-				q.add(ctx, it)
-			}
-			q.wait()
-			if !slices.Equal(calls, tc.want) || most > 1 {
-				t.Errorf("passes (generation) = %v, %d at once at most; want %v, one at a time", calls, most, tc.want)
-			}
-		})
-	}
-}
-
 // The API server refusing the operator what it needs to look at a cluster
 // (its Pods, or etcd through the Pods' proxy) is for someone to fix: the
 // cluster is Failed with the server's words, not left waiting in silence.

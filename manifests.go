@@ -10,7 +10,8 @@
 //     answered 409 AlreadyExists instead of making a second cluster.
 //   - ownerReferences. Every object names the EtcdCluster as its controller,
 //     so deleting the EtcdCluster lets Kubernetes' garbage collector delete
-//     the rest; the operator needs no delete code at all.
+//     the rest; the operator deletes only what a smaller cluster no longer
+//     needs.
 //   - Services before Pods. etcd resolves its peers' names when it starts;
 //     each member's Service exists before any member's Pod does.
 package main
@@ -144,11 +145,11 @@ func baseName(name string) string {
 	return clean + "-" + suffix
 }
 
-// clusterPlan holds everything derived from one EtcdCluster: the names of
-// its objects and the JSON to create them with.
+// clusterPlan holds everything derived from one EtcdCluster to build its
+// objects: their names' prefix, the owner they point at and the image new
+// members run.
 type clusterPlan struct {
 	Base          string
-	Members       []string
 	ClientService string
 	Token         string
 	Image         string
@@ -165,34 +166,65 @@ type ownerReference struct {
 	BlockOwnerDeletion bool   `json:"blockOwnerDeletion"`
 }
 
-func newClusterPlan(ec *EtcdCluster, spec clusterSpec, imageRepo string) clusterPlan {
-	p := clusterPlan{
-		Base:  baseName(ec.Metadata.Name),
-		Token: uuid.NewSHA1(tokenNamespace, []byte(ec.Metadata.UID)).String(),
-		Image: imageRepo + ":" + spec.Version,
+func newClusterPlan(meta objectMeta, image string) clusterPlan {
+	base := baseName(meta.Name)
+	return clusterPlan{
+		Base:          base,
+		ClientService: base + "-client",
+		Token:         uuid.NewSHA1(tokenNamespace, []byte(meta.UID)).String(),
+		Image:         image,
 		owner: ownerReference{
 			APIVersion: apiVersion, Kind: kind,
-			Name: ec.Metadata.Name, UID: ec.Metadata.UID,
+			Name: meta.Name, UID: meta.UID,
 			Controller: true, BlockOwnerDeletion: true,
 		},
-		namespace: ec.Metadata.Namespace,
+		namespace: meta.Namespace,
 	}
-	for i := range spec.Size {
-		p.Members = append(p.Members, memberName(p.Base, i))
-	}
-	p.ClientService = p.Base + "-client"
-	return p
 }
 
-// initialCluster is etcd's static bootstrap list: every member's name and
-// peer URL. The host in each URL is the member's Service name, which cluster
-// DNS resolves within the namespace.
-func (p clusterPlan) initialCluster() string {
-	parts := make([]string, len(p.Members))
-	for i, m := range p.Members {
-		parts[i] = fmt.Sprintf("%s=http://%s:%d", m, m, peerPort)
+// Member names are BASE-0, BASE-1, ...: a member's Pod, its Service and
+// the host in its peer URL share the name.
+func memberName(base string, ordinal int) string { return fmt.Sprintf("%s-%d", base, ordinal) }
+
+// ordinal is the number at the end of a member name, -1 if none.
+func ordinal(name string) int {
+	i := strings.LastIndexByte(name, '-')
+	n, err := strconv.Atoi(name[i+1:])
+	if i < 0 || err != nil {
+		return -1
+	}
+	return n
+}
+
+// peerURL is where a member's peers reach it: its Service name, which
+// cluster DNS resolves within the namespace.
+func peerURL(host string) string { return fmt.Sprintf("http://%s:%d", host, peerPort) }
+
+// peer is one entry of etcd's --initial-cluster: a member's name and the
+// host of its peer URL. A member etcd knows but that has not started yet
+// has no name; its host stands in.
+type peer struct{ Name, Host string }
+
+// initialCluster is etcd's static bootstrap list: name=peerURL, ...
+func initialCluster(peers []peer) string {
+	parts := make([]string, len(peers))
+	for i, p := range peers {
+		parts[i] = p.Name + "=" + peerURL(p.Host)
 	}
 	return strings.Join(parts, ",")
+}
+
+// parseInitialCluster reads an --initial-cluster back.
+func parseInitialCluster(s string) []peer {
+	var peers []peer
+	for _, part := range strings.Split(s, ",") {
+		if name, u, ok := strings.Cut(part, "="); ok {
+			host := strings.TrimPrefix(u, "http://")
+			host, _, _ = strings.Cut(host, ":")
+			peers = append(peers, peer{name, host})
+		}
+	}
+	return peers
 }
 
 func (p clusterPlan) labels(member string) map[string]string {
@@ -258,7 +290,7 @@ func (p clusterPlan) etcdCommand(member, initialCluster, state string) []string 
 		"/usr/local/bin/etcd",
 		"--name=" + member,
 		"--data-dir=/var/lib/etcd",
-		fmt.Sprintf("--initial-advertise-peer-urls=http://%s:%d", member, peerPort),
+		"--initial-advertise-peer-urls=" + peerURL(member),
 		fmt.Sprintf("--listen-peer-urls=http://0.0.0.0:%d", peerPort),
 		fmt.Sprintf("--listen-client-urls=http://0.0.0.0:%d", clientPort),
 		fmt.Sprintf("--advertise-client-urls=http://%s:%d", member, clientPort),
@@ -270,9 +302,9 @@ func (p clusterPlan) etcdCommand(member, initialCluster, state string) []string 
 	}
 }
 
-// memberPod is a member of the new cluster, bootstrapped with the others.
-func (p clusterPlan) memberPod(member string) []byte {
-	return p.pod(member, p.initialCluster(), "new")
+// memberPod is a member of a new cluster, bootstrapped with the others.
+func (p clusterPlan) memberPod(member, initialCluster string) []byte {
+	return p.pod(member, initialCluster, "new")
 }
 
 // joiningPod is a member added to a running cluster.

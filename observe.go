@@ -15,6 +15,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,9 +54,8 @@ type pod struct {
 			Status string `json:"status"`
 		} `json:"conditions"`
 		ContainerStatuses []struct {
-			Name         string `json:"name"`
-			RestartCount int    `json:"restartCount"`
-			State        struct {
+			Name  string `json:"name"`
+			State struct {
 				Waiting *struct {
 					Reason  string `json:"reason"`
 					Message string `json:"message"`
@@ -101,7 +101,6 @@ func (p *pod) view() podView {
 	}
 	for _, c := range p.Status.ContainerStatuses {
 		if c.Name == "etcd" {
-			v.Restarts = c.RestartCount
 			if w := c.State.Waiting; w != nil {
 				v.Waiting, v.WaitingMessage = w.Reason, w.Message
 			}
@@ -228,7 +227,7 @@ func (c *controller) observeEtcd(ctx context.Context, ns string, running []*pod)
 		if !a.IsLearner {
 			v.AnsweredVoters++
 		}
-		v.ClusterID = firstOf(v.ClusterID, a.Header.ClusterID)
+		v.ClusterID = cmp.Or(v.ClusterID, a.Header.ClusterID)
 		if a.Leader != "" && a.Leader != "0" && v.Leader == "" {
 			v.Leader = a.Leader
 		}
@@ -245,7 +244,13 @@ func (c *controller) observeEtcd(ctx context.Context, ns string, running []*pod)
 		return v, nil
 	}
 	v.LeaderPod = leaderPod
-	v.Members = []memberView{}
+	v.Members = memberViews(list, answers)
+	return v, nil
+}
+
+// memberViews joins the leader's member list with what each member answered.
+func memberViews(list memberListAnswer, answers map[string]memberStatusAnswer) []memberView {
+	views := []memberView{}
 	for _, m := range list.Members {
 		mv := memberView{ID: m.ID, Name: m.Name, Learner: m.IsLearner}
 		if len(m.PeerURLs) > 0 {
@@ -256,9 +261,9 @@ func (c *controller) observeEtcd(ctx context.Context, ns string, running []*pod)
 		if a, ok := answers[m.ID]; ok {
 			mv.Answered, mv.Version = true, a.Version
 		}
-		v.Members = append(v.Members, mv)
+		views = append(views, mv)
 	}
-	return v, nil
+	return views
 }
 
 // etcd POSTs one request to a member's JSON gateway through the API

@@ -29,22 +29,10 @@ import (
 	"time"
 )
 
-// Event types and reasons. A reason is a short CamelCase word that tools
-// filter on; the message says the rest.
+// Event types.
 const (
 	eventNormal  = "Normal"
 	eventWarning = "Warning"
-
-	reasonClusterCreated = "ClusterCreated"
-	reasonMemberCreated  = "MemberCreated"
-	reasonInvalidSpec    = "InvalidSpec"
-	reasonCreateFailed   = "CreateFailed"
-	reasonMemberAdded    = "MemberAdded"
-	reasonMemberRemoved  = "MemberRemoved"
-	reasonMemberReplaced = "MemberReplaced"
-	reasonMemberUpgraded = "MemberUpgraded"
-	reasonMemberPromoted = "MemberPromoted"
-	reasonStepFailed     = "StepFailed"
 )
 
 // clusterStatus is the EtcdCluster's status, by the API conventions: a

@@ -1,0 +1,141 @@
+// Act: one step, as ordinary API requests.
+//
+// decide (decide.go) has already said everything: which objects to create
+// with which JSON, which member to add, promote or remove, which Pod to
+// delete or give a new image. act only sends it, and treats "already done"
+// as done: a step repeated after a crash finds its object created (409
+// AlreadyExists, and this EtcdCluster is its controller) or etcd's member
+// already added or removed, and moves on. That is what makes every step
+// safe to repeat.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// outcome says how a step went when it did not fail.
+type outcome int
+
+const (
+	stepDone   outcome = iota // the step happened now
+	stepNoop                  // an earlier pass had done it already
+	stepNotYet                // etcd refused for now (a learner not caught up): look again later
+)
+
+// act sends one step's requests.
+func (c *controller) act(ctx context.Context, s step) (outcome, error) {
+	log := c.log.With("cluster", s.Namespace+"/"+s.Cluster)
+	switch {
+	case len(s.Create) > 0:
+		return c.createAll(ctx, log, s)
+	case s.Etcd != nil:
+		return c.changeMembers(ctx, log, s)
+	case s.Delete != "":
+		return stepDone, c.delete(ctx, log, s.Namespace, s.Delete, s.Member)
+	case s.Patch != nil:
+		path := "/api/v1/namespaces/" + url.PathEscape(s.Namespace) + "/pods/" + url.PathEscape(s.Member)
+		if _, err := c.client.do(ctx, http.MethodPatch, path, s.Patch, "application/strategic-merge-patch+json"); err != nil {
+			return stepDone, fmt.Errorf("change image of pod %s: %w", s.Member, err)
+		}
+		log.Info("member image changed; the kubelet restarts it", "member", s.Member, "image", s.Image)
+		return stepDone, nil
+	}
+	return stepDone, fmt.Errorf("step %q sends nothing", s.Action)
+}
+
+// createAll creates the step's objects in order (Services before Pods). It
+// is done if it created anything, a no-op if every object existed.
+func (c *controller) createAll(ctx context.Context, log *slog.Logger, s step) (outcome, error) {
+	out := stepNoop
+	for _, o := range s.Create {
+		created, err := c.create(ctx, log, s.Namespace, s.Owner, o)
+		if err != nil {
+			return stepDone, err
+		}
+		if created {
+			out = stepDone
+		}
+	}
+	return out, nil
+}
+
+// changeMembers sends a membership request to the leader's JSON gateway.
+// etcd's own refusals tell a step already taken from one not possible yet.
+func (c *controller) changeMembers(ctx context.Context, log *slog.Logger, s step) (outcome, error) {
+	err := c.etcd(ctx, s.Namespace, s.Etcd.Pod, s.Etcd.Path, s.Etcd.Body, nil)
+	switch {
+	case s.Action == actAddMember && etcdRefused(err, "already exists"),
+		s.Action == actPromote && etcdRefused(err, "can only promote a learner member"),
+		s.Action == actRemoveMember && etcdRefused(err, "member not found"):
+		return stepNoop, nil // an earlier pass did it: the next look sees it
+	case s.Action == actPromote && etcdRefused(err, "in sync with leader"):
+		log.Info("learner not caught up yet; trying again", "member", s.Member)
+		return stepNotYet, nil
+	case err != nil:
+		return stepDone, fmt.Errorf("%s: %w", fmt.Sprintf(membershipChange[s.Action].failed, s.Member), err)
+	}
+	log.Info(membershipChange[s.Action].done, "member", s.Member)
+	return stepDone, nil
+}
+
+// membershipChange says what each etcd request did, or failed to do.
+var membershipChange = map[string]struct{ done, failed string }{
+	actAddMember:    {"member added to etcd as a learner", "add member %s to etcd"},
+	actPromote:      {"learner promoted to a voting member", "promote member %s"},
+	actRemoveMember: {"member removed from etcd", "remove member %s from etcd"},
+	actMoveLeader:   {"leadership handed over", "hand leadership to %s"},
+}
+
+// delete deletes one object; one already gone counts as deleted.
+func (c *controller) delete(ctx context.Context, log *slog.Logger, ns, resource, name string) error {
+	object := strings.TrimSuffix(resource, "s") + "/" + name
+	_, err := c.client.do(ctx, http.MethodDelete, "/api/v1/namespaces/"+url.PathEscape(ns)+"/"+resource+"/"+url.PathEscape(name), nil, "")
+	if err != nil && !isStatus(err, http.StatusNotFound) {
+		return fmt.Errorf("delete %s: %w", object, err)
+	}
+	log.Info("deleted", "object", object)
+	return nil
+}
+
+// create POSTs one object. 409 AlreadyExists counts as done, but only once a
+// GET shows that this EtcdCluster (uid owner) is the object's controller: a
+// name taken by something else (or by a deleted cluster's objects that the
+// garbage collector has not removed yet) is an error, retried later.
+func (c *controller) create(ctx context.Context, log *slog.Logger, ns, owner string, o object) (bool, error) {
+	collection := "/api/v1/namespaces/" + url.PathEscape(ns) + "/" + o.Resource
+	name := strings.TrimSuffix(o.Resource, "s") + "/" + o.Name
+	_, err := c.client.do(ctx, http.MethodPost, collection, o.Body, "application/json")
+	if err == nil {
+		log.Info("created", "object", name)
+		return true, nil
+	}
+	if !isStatus(err, http.StatusConflict) {
+		return false, fmt.Errorf("create %s: %w", name, err)
+	}
+	existing, err := c.client.do(ctx, http.MethodGet, collection+"/"+url.PathEscape(o.Name), nil, "")
+	if err != nil {
+		return false, fmt.Errorf("create %s: it exists, and reading it failed: %w", name, err)
+	}
+	var meta struct {
+		Metadata struct {
+			OwnerReferences []ownerReference `json:"ownerReferences"`
+		} `json:"metadata"`
+	}
+	_ = json.Unmarshal(existing, &meta)
+	for _, ref := range meta.Metadata.OwnerReferences {
+		if ref.Controller && ref.UID == owner {
+			log.Info("already exists", "object", name)
+			return false, nil
+		}
+	}
+	return false, fmt.Errorf("create %s: %w", name, errNameTaken)
+}
+
+var errNameTaken = errors.New("the name is taken by an object this EtcdCluster does not own")

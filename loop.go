@@ -1,0 +1,189 @@
+// Loop: events in, work out.
+//
+// The control loop reads the two watches (EtcdClusters, member Pods) and
+// turns events into work for the queue; it never talks to the API server
+// itself. It is level-based, not edge-based: an event means "look at this
+// cluster", never "create a cluster", so the replay of every object after a
+// restart or a relist is harmless. Two things keep it cheap:
+//
+//   - A cluster whose status already describes its spec, with nothing under
+//     way, needs no pass when it is replayed (settled).
+//   - A Pod event leads to a pass only when it tells something the
+//     cluster's status does not say (podNews): a member called ready whose
+//     Pod is not, or the other way round. The loop keeps one bit per Pod
+//     and one short string per cluster for that, not a cache of objects.
+//
+// The operator's own status writes come back as MODIFIED events; the queue
+// drops those of a generation it has handled (queue.go).
+package main
+
+import (
+	"context"
+	"hash/maphash"
+	"log/slog"
+	"strings"
+	"sync"
+)
+
+type controller struct {
+	client *client
+	log    *slog.Logger
+	image  string
+	events *recorder
+	// expect is, by cluster key, what its status says of its member Pods
+	// (" +ready -unready"); ready is, by a hash of the Pod's key, whether
+	// each member Pod is Ready. A hash, so thousands of Pods cost no
+	// strings on the heap.
+	expect map[string]string
+	ready  map[uint64]bool
+	seed   maphash.Seed
+}
+
+// run is the control loop. Pod events are read only once the first list
+// of clusters is in (synced), so that each Pod is compared with its
+// cluster's status instead of sending every Pod's cluster to work. It
+// returns when the watchers have closed their channels and the workers
+// have finished.
+func (c *controller) run(ctx context.Context, clusters <-chan event[*EtcdCluster], pods <-chan event[podEvent], synced, podsSynced <-chan struct{}, workers int) {
+	q := newQueue()
+	c.expect, c.ready, c.seed = map[string]string{}, map[uint64]bool{}, maphash.MakeSeed()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() { c.work(ctx, q) })
+	}
+	var podsIn <-chan event[podEvent]
+	podsListed := false
+	for clusters != nil || podsIn != nil {
+		select {
+		case <-synced:
+			podsIn, synced = pods, nil
+		case <-podsSynced:
+			podsListed, podsSynced = true, nil
+			c.allPodsListed(q)
+		case ev, ok := <-clusters:
+			if !ok {
+				clusters = nil
+				continue
+			}
+			c.clusterEvent(q, ev, podsListed)
+		case ev, ok := <-podsIn:
+			if !ok {
+				podsIn = nil
+				continue
+			}
+			c.podEvent(q, ev)
+		}
+	}
+	q.shutdown()
+	wg.Wait()
+}
+
+// clusterEvent queues a cluster that was added or changed, and forgets a
+// deleted one: its objects carry ownerReferences to it, and Kubernetes'
+// garbage collector deletes them.
+func (c *controller) clusterEvent(q *queue, ev event[*EtcdCluster], podsListed bool) {
+	ec := ev.Object
+	if ev.Type == "DELETED" {
+		delete(c.expect, ec.key())
+		q.forget(ec)
+		c.log.Info("cluster deleted; the garbage collector removes its objects", "cluster", ec.key())
+		return
+	}
+	st := ec.status()
+	c.expect[ec.key()] = expectation(st)
+	// A settled status that disagrees with the Pods (a Pod changed while
+	// the status write was on its way) gets a pass with a fresh read.
+	refresh := settled(ec) && disagrees(c.expect[ec.key()], c.readyIn(ec.Metadata.Namespace), podsListed)
+	q.add(item{cluster: ec, refresh: refresh})
+}
+
+// podEvent records whether a member Pod is Ready and queues its cluster
+// when that is news to the cluster's status.
+func (c *controller) podEvent(q *queue, ev event[podEvent]) {
+	p := ev.Object
+	if p.Cluster == "" {
+		return
+	}
+	if ev.Type == "DELETED" {
+		delete(c.ready, c.podKey(p.Namespace, p.Name))
+	} else {
+		c.ready[c.podKey(p.Namespace, p.Name)] = p.Ready
+	}
+	if !podNews(c.expect[p.Namespace+"/"+p.Cluster], ev.Type, p.Name, p.Ready) {
+		return
+	}
+	c.log.Debug("member Pod changed; looking at its cluster", "pod", p.Namespace+"/"+p.Name, "event", ev.Type, "ready", p.Ready)
+	q.add(item{cluster: &EtcdCluster{Metadata: objectMeta{Namespace: p.Namespace, Name: p.Cluster}}, refresh: true})
+}
+
+// allPodsListed runs once every member Pod that exists is known: a cluster
+// whose status calls a Pod ready that is not (or gone) is looked at.
+func (c *controller) allPodsListed(q *queue) {
+	for key, exp := range c.expect {
+		ns, name, _ := strings.Cut(key, "/")
+		if disagrees(exp, c.readyIn(ns), true) {
+			q.add(item{cluster: &EtcdCluster{Metadata: objectMeta{Namespace: ns, Name: name}}, refresh: true})
+		}
+	}
+}
+
+// podKey is the key of a Pod in c.ready.
+func (c *controller) podKey(ns, name string) uint64 {
+	return maphash.String(c.seed, ns+"/"+name)
+}
+
+// readyIn looks up the Pods of one namespace in c.ready.
+func (c *controller) readyIn(ns string) func(name string) (ready, seen bool) {
+	return func(name string) (bool, bool) {
+		r, seen := c.ready[c.podKey(ns, name)]
+		return r, seen
+	}
+}
+
+// expectation is what a status says of the member Pods: " +ready -unready".
+func expectation(st clusterStatus) string {
+	var b strings.Builder
+	for _, m := range st.Members {
+		b.WriteString(map[bool]string{true: " +", false: " -"}[m.Ready])
+		b.WriteString(m.Name)
+	}
+	return b.String()
+}
+
+// podNews reports whether an event of member Pod name tells something the
+// status's expectation does not say. A Pod the status does not list counts
+// as "not ready" there: a new Pod that is not ready yet tells nothing new
+// (the pass that created it wrote the status), so a burst of new clusters
+// costs no pass per Pod.
+func podNews(expect, typ, name string, ready bool) bool {
+	exp := expect + " "
+	listed := strings.Contains(exp, " +"+name+" ") || strings.Contains(exp, " -"+name+" ")
+	if typ == "DELETED" {
+		return listed
+	}
+	mark := map[bool]string{true: "+", false: "-"}[ready]
+	return !strings.Contains(exp, " "+mark+name+" ") && (listed || ready)
+}
+
+// disagrees reports whether any member in a status's expectation is
+// called ready while its Pod is not, or the other way round. Until every
+// Pod has been listed (allSeen), only Pods seen so far count.
+func disagrees(expect string, ready func(name string) (ready, seen bool), allSeen bool) bool {
+	for _, m := range strings.Fields(expect) {
+		r, seen := ready(m[1:])
+		if (seen || allSeen) && r != (m[0] == '+') {
+			return true
+		}
+	}
+	return false
+}
+
+// settled reports a status that needs no pass when its cluster is replayed
+// (after a restart, a relist, or the operator's own status write): it
+// describes the current spec and no step is under way, or the only thing
+// awaited is its Pods starting, which the Pod watch reports.
+func settled(ec *EtcdCluster) bool {
+	st := ec.status()
+	p, ok := st.condition(condProgressing)
+	return st.ObservedGeneration == ec.Metadata.Generation && ok && (p.Status == "False" || p.Reason == reasonWaitingForMembers)
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+func queued(name string, gen int64, refresh bool) item {
+	return item{cluster: &EtcdCluster{Metadata: objectMeta{Namespace: "default", Name: name, UID: "uid-" + name, Generation: gen}}, refresh: refresh}
+}
+
+// drain takes every item that is ready, handling each at once, and says
+// what it took: "name/generation", with " refresh" when asked to read again.
+func drain(q *queue) []string {
+	var got []string
+	for {
+		q.mu.Lock()
+		n := len(q.order)
+		q.mu.Unlock()
+		if n == 0 {
+			return got
+		}
+		it, _ := q.get()
+		s := fmt.Sprintf("%s/%d", it.cluster.Metadata.Name, it.cluster.Metadata.Generation)
+		if it.refresh {
+			s += " refresh"
+		}
+		got = append(got, s)
+		q.done(it, it.cluster, nil)
+	}
+}
+
+// A cluster is handed to one worker at a time; what arrives meanwhile is
+// folded into its newest item, and a generation already handled is dropped.
+func TestQueueFoldsAndDrops(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		during []item // added while the first item (a/1) is being worked on
+		after  []item // added once it is done
+		want   []string
+	}{
+		{name: "nothing else", want: []string{"a/1"}},
+		{name: "its own generation, during the work", during: []item{queued("a", 1, false)}, want: []string{"a/1"}},
+		{name: "its own generation, after the work", after: []item{queued("a", 1, false)}, want: []string{"a/1"}},
+		{name: "a new generation", during: []item{queued("a", 2, false)}, want: []string{"a/1", "a/2"}},
+		{name: "folded into the newest", during: []item{queued("a", 2, false), queued("a", 3, false)}, want: []string{"a/1", "a/3"}},
+		{name: "a new generation after the work", after: []item{queued("a", 2, false)}, want: []string{"a/1", "a/2"}},
+		{name: "read again, during the work", during: []item{queued("a", 1, true)}, want: []string{"a/1", "a/1 refresh"}},
+		{name: "read again, after the work", after: []item{queued("a", 1, true)}, want: []string{"a/1", "a/1 refresh"}},
+		{name: "another cluster is not held up", during: []item{queued("b", 1, false), queued("a", 2, false)}, want: []string{"a/1", "b/1", "a/2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := newQueue()
+			q.add(queued("a", 1, false))
+			first, _ := q.get()
+			got := []string{"a/1"}
+			for _, it := range tc.during {
+				q.add(it)
+			}
+			// While a/1 is worked on, a second worker gets only other clusters.
+			for _, s := range drainOthers(q, "a") {
+				got = append(got, s)
+			}
+			q.done(first, first.cluster, nil)
+			got = append(got, drain(q)...)
+			for _, it := range tc.after {
+				q.add(it)
+			}
+			got = append(got, drain(q)...)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("handled %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// drainOthers handles what is ready while busy is held by a worker; it
+// fails the test if the busy cluster is handed out twice.
+func drainOthers(q *queue, busy string) []string {
+	var got []string
+	for {
+		q.mu.Lock()
+		n := len(q.order)
+		q.mu.Unlock()
+		if n == 0 {
+			return got
+		}
+		it, _ := q.get()
+		if it.cluster.Metadata.Name == busy {
+			panic("a cluster handed to a second worker while the first holds it")
+		}
+		got = append(got, fmt.Sprintf("%s/%d", it.cluster.Metadata.Name, it.cluster.Metadata.Generation))
+		q.done(it, it.cluster, nil)
+	}
+}
+
+// Failures in a row double the delay up to 5 minutes; a success, or the
+// cluster's deletion, starts again from 1 s; clusters count apart.
+func TestRetryBackoff(t *testing.T) {
+	q := newQueue()
+	fail := func(name string, err error) string {
+		q.add(queued(name, 1, true))
+		it, _ := q.get()
+		failures, _ := q.done(it, it.cluster, err)
+		if err == nil {
+			return ""
+		}
+		return retryDelay(failures).String()
+	}
+	refused := errors.New("refused")
+	var got []string
+	for range 11 {
+		got = append(got, fail("a", refused))
+	}
+	want := []string{"1s", "2s", "4s", "8s", "16s", "32s", "1m4s", "2m8s", "4m16s", "5m0s", "5m0s"}
+	if !slices.Equal(got, want) {
+		t.Errorf("delays after 1 to 11 failures = %v, want %v", got, want)
+	}
+	if d := fail("b", refused); d != "1s" {
+		t.Errorf("another cluster's first failure: retry in %s, want 1s", d)
+	}
+	fail("a", nil)
+	if d := fail("a", refused); d != "1s" {
+		t.Errorf("a failure after a success: retry in %s, want 1s", d)
+	}
+	fail("a", refused)
+	q.forget(queued("a", 1, false).cluster)
+	if _, kept := q.handled[uidOf(queued("a", 1, false).cluster)]; kept {
+		t.Error("the queue keeps the generation of a deleted cluster")
+	}
+	if d := fail("a", refused); d != "1s" {
+		t.Errorf("a failure after the cluster was deleted and made again: retry in %s, want 1s", d)
+	}
+}
+
+// addAfter hands the item out once its delay has passed, not before.
+func TestAddAfter(t *testing.T) {
+	q := newQueue()
+	start := time.Now()
+	q.addAfter(queued("a", 1, true), 50*time.Millisecond)
+	it, ok := q.get()
+	if !ok || !it.refresh || it.cluster.Metadata.Name != "a" {
+		t.Fatalf("get = %+v, %v", it, ok)
+	}
+	if d := time.Since(start); d < 50*time.Millisecond {
+		t.Errorf("handed out after %v, before its 50ms", d)
+	}
+}
+
+// After shutdown, the workers get what was queued before, then nothing:
+// adds (a retry's timer firing late) are ignored.
+func TestQueueShutdown(t *testing.T) {
+	q := newQueue()
+	q.add(queued("a", 1, false))
+	q.shutdown()
+	q.add(queued("b", 1, false))
+	if it, ok := q.get(); !ok || it.cluster.Metadata.Name != "a" {
+		t.Errorf("get after shutdown = %+v, %v; want the item queued before", it, ok)
+	}
+	got := make(chan bool)
+	go func() { _, ok := q.get(); got <- ok }()
+	if <-got {
+		t.Error("get returned an item added after shutdown")
+	}
+}

@@ -1,0 +1,197 @@
+// Upgrade: rung 10 of decide's ladder, a rolling upgrade in place.
+//
+// A member is upgraded by changing the image of its Pod: the kubelet
+// restarts the container in the same Pod, with the same data, and etcd
+// carries on as the same member. One member at a time, the leader last
+// (leadership handed away first), and only while the others keep a healthy
+// quorum. etcd itself allows one minor version at a time and no downgrade
+// once the cluster version has moved; the operator refuses those before
+// touching anything, and says so in the status.
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// 10. Rolls the members to spec.version one at a time, the leader last.
+func (d *decision) upgrade() (step, bool) {
+	if reason := d.versionRefused(); reason != "" {
+		d.st.Phase, d.st.Message = d.steadyPhase(), reason
+		d.setProgressing(false, reasonVersionRefused, reason)
+		return step{}, true
+	}
+	target := d.in.Repo + ":" + d.in.Spec.Version
+	todo, s, busy := d.upgradeUnderWay(target)
+	if busy {
+		return s, true
+	}
+	if len(todo) == 0 {
+		return step{}, false
+	}
+	members := d.obs.Etcd.Members
+	m := d.nextToUpgrade(todo)
+	if v, _ := d.voters(); v < 3 && d.healthy(m) {
+		msg := fmt.Sprintf("spec.version %s waits: a cluster of %d voting members loses its quorum while one of them restarts; set spec.size to 3 or more to upgrade it without downtime", d.in.Spec.Version, v)
+		d.st.Phase, d.st.Message = d.steadyPhase(), msg
+		d.setProgressing(false, reasonUpgradeNeedsMembers, msg)
+		return step{}, true
+	}
+	if !d.withoutOK(m, false) {
+		return d.wait(phaseDegraded, reasonWaitingForHealth, fmt.Sprintf("upgrading to %s waits: restarting member %s now could cost quorum", d.in.Spec.Version, m.member())), true
+	}
+	if s, ok := d.leaderAway(m, phaseUpgrading, "restarting it with "+d.in.Spec.Version); ok {
+		return s, true
+	}
+	msg := fmt.Sprintf("upgrading member %s to %s (%d of %d done)", m.member(), d.in.Spec.Version, len(members)-len(todo), len(members))
+	patch := mustJSON(map[string]any{"spec": map[string]any{"containers": []map[string]any{{"name": "etcd", "image": target}}}})
+	s = step{Action: actUpgrade, Member: m.member(), Image: target, Patch: patch,
+		News: []notice{{eventNormal, reasonMemberUpgraded, fmt.Sprintf("member %s: image changed to %s; the kubelet restarts it with its data", m.member(), target)}}}
+	return d.progress(phaseUpgrading, reasonUpgrading, msg, s), true
+}
+
+// upgradeUnderWay returns the members still to upgrade, or the wait for
+// one that was upgraded and is not back yet: a member whose Pod runs the
+// target image but does not answer with the target version.
+func (d *decision) upgradeUnderWay(target string) ([]memberView, step, bool) {
+	want := strings.TrimPrefix(d.in.Spec.Version, "v")
+	members := d.obs.Etcd.Members
+	var todo []memberView
+	for _, m := range members {
+		p := d.pods[m.member()]
+		if p == nil {
+			return nil, d.wait(phaseDegraded, reasonWaitingForMember, fmt.Sprintf("member %s has no Pod", m.member())), true
+		}
+		if p.Image != target {
+			todo = append(todo, m)
+			continue
+		}
+		if d.healthy(m) && (m.Version == want || !isVersion(d.in.Spec.Version)) {
+			continue
+		}
+		if d.prevVersion(m.member()) == want {
+			continue // upgraded before, and down since: the kubelet's to restart
+		}
+		// Patched, not back yet. A kubelet that cannot run the image
+		// stops the rollout here; the rest of the cluster is untouched.
+		if stalled(p) {
+			msg := fmt.Sprintf("upgrade stopped at member %s: the kubelet says %s: %s; the other members keep running; set spec.version back to repair it", m.member(), p.Waiting, p.WaitingMessage)
+			d.st.Phase, d.st.Message = phaseDegraded, msg
+			d.setProgressing(false, reasonUpgradeStalled, msg)
+			d.setDegraded(true, reasonUpgradeStalled, msg)
+			return nil, step{}, true
+		}
+		return nil, d.wait(phaseUpgrading, reasonUpgrading, fmt.Sprintf("upgrading to %s: waiting for member %s to come back and report %s (%d of %d done)", d.in.Spec.Version, m.member(), want, len(members)-len(todo)-1, len(members))), true
+	}
+	return todo, step{}, false
+}
+
+// nextToUpgrade: members the kubelet could not restart go first (setting
+// spec.version back repairs them); then the others by name, the leader last.
+func (d *decision) nextToUpgrade(todo []memberView) memberView {
+	rank := func(m memberView) int {
+		switch {
+		case !d.healthy(m):
+			return 0
+		case m.ID == d.obs.Etcd.Leader:
+			return 2
+		}
+		return 1
+	}
+	slices.SortStableFunc(todo, func(a, b memberView) int {
+		if r := rank(a) - rank(b); r != 0 {
+			return r
+		}
+		return ordinal(a.member()) - ordinal(b.member())
+	})
+	return todo[0]
+}
+
+// prevVersion is the version the last status reported for a member.
+func (d *decision) prevVersion(name string) string {
+	for _, m := range d.in.Prev.Members {
+		if m.Name == name {
+			return m.Version
+		}
+	}
+	return ""
+}
+
+// stalled reports a container the kubelet cannot (re)start by itself soon.
+func stalled(p *podView) bool {
+	switch p.Waiting {
+	case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerError", "CreateContainerConfigError", "CrashLoopBackOff":
+		return true
+	}
+	return false
+}
+
+// versionRefused says why spec.version cannot be rolled out, if it cannot:
+// etcd upgrades one minor version at a time and this operator does not
+// downgrade.
+func (d *decision) versionRefused() string {
+	cur := d.st.CurrentVersion
+	if cur == "" {
+		return ""
+	}
+	target := d.in.Spec.Version
+	tv, ok := parseVersion(target)
+	cv, _ := parseVersion(cur)
+	if !ok {
+		// A tag that is no version (a digest-like or "latest") cannot be
+		// checked; it is refused unless every member already runs it.
+		for _, p := range d.obs.Pods {
+			if p.Image != d.in.Repo+":"+target {
+				return fmt.Sprintf("spec.version %s refused: not a version like v%d.%d.%d, so the upgrade cannot be checked; the cluster keeps running %s", target, cv[0], cv[1], cv[2], cur)
+			}
+		}
+		return ""
+	}
+	switch {
+	case tv[0] != cv[0] || tv[1] > cv[1]+1:
+		return fmt.Sprintf("spec.version %s refused: etcd upgrades one minor version at a time, and the cluster runs %s; go to v%d.%d.x first", target, cur, cv[0], cv[1]+1)
+	case tv[1] < cv[1]:
+		return fmt.Sprintf("spec.version %s refused: the cluster runs %s, and downgrades are not supported by this operator", target, cur)
+	}
+	return ""
+}
+
+// image is the image of a new member: spec.version, unless that version is
+// refused, when new members run what the cluster runs.
+func (d *decision) image() string {
+	if d.st.CurrentVersion != "" && d.versionRefused() != "" {
+		for _, p := range d.obs.Pods {
+			if p.Ready {
+				return p.Image
+			}
+		}
+	}
+	return d.in.Repo + ":" + d.in.Spec.Version
+}
+
+// parseVersion reads v3.6.16 or 3.6.16.
+func parseVersion(s string) ([3]int, bool) {
+	var v [3]int
+	parts := strings.Split(strings.TrimPrefix(s, "v"), ".")
+	if len(parts) != 3 {
+		return v, false
+	}
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return v, false
+		}
+		v[i] = n
+	}
+	return v, true
+}
+
+func isVersion(s string) bool { _, ok := parseVersion(s); return ok }
+
+func versionLess(a, b string) bool {
+	va, _ := parseVersion(a)
+	vb, _ := parseVersion(b)
+	return slices.Compare(va[:], vb[:]) < 0
+}
