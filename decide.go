@@ -26,18 +26,18 @@
 //
 // decide is a ladder: the first rule that has something to do decides.
 //
-//  0. invalidSpec: a spec that cannot be read changes nothing.
+//  0. invalidSpec: a spec that cannot be read changes nothing; nor does a
+//     cluster being deleted (beingDeleted).
 //  1. bootstrap: a cluster that never formed gets its Services, then Pods.
 //  2. needQuorum: without a leader and a healthy quorum, nothing changes.
-//  3. removeLeftovers: the Pod, then the Service, of a removed member.
+//  3. removeLeftovers: the Pod and the Service of a removed member.
 //  4. createClientService, if it is gone.
-//  5. startAddedMembers: a member etcd knows that never started.
-//  6. replaceLostMembers: a member whose Pod is gone is removed from etcd.
-//  7. waitForDeletions: a Pod being deleted is waited for.
-//  8. promoteLearners.
-//  9. resize: add a learner, or remove a member, towards spec.size.
-//  10. upgrade: one member at a time to spec.version, the leader last.
-//  11. steady: nothing to do; report health.
+//  5. learners: a member that joins (a learner) is started, promoted, or,
+//     if it cannot start, removed again; until then nothing else changes.
+//  6. replaceLostMembers: a voter whose Pod or data is gone is removed.
+//  7. resize: add a learner, or remove a member, towards spec.size.
+//  8. upgrade: one member at a time to spec.version, the leader last.
+//  9. steady: nothing to do; report health.
 //
 // Repair before resize, because a cluster one member short tolerates one
 // failure less; resize before upgrade, because a rolling upgrade of a
@@ -47,6 +47,7 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -57,7 +58,10 @@ type podView struct {
 	Phase    string // Pending, Running, Succeeded or Failed
 	Ready    bool   // the Pod's Ready condition: etcd's /readyz passes
 	Deleting bool   // metadata.deletionTimestamp is set
-	Image    string
+	// Overdue: a deletion whose grace period ended long ago; its node is
+	// gone or cut off, and the Pod may stay Terminating for good.
+	Overdue bool
+	Image   string
 	// Waiting is the kubelet's reason for a container that is not running
 	// (ImagePullBackOff, CrashLoopBackOff, ...), with its message.
 	Waiting, WaitingMessage string
@@ -109,11 +113,13 @@ type input struct {
 	Gen                  int64
 	Repo                 string // image repository: the tag is spec.version
 	Base                 string // baseName of the EtcdCluster: the prefix of its objects
+	Deleting             bool   // metadata.deletionTimestamp is set
 }
 
 func newInput(ec *EtcdCluster, repo string) input {
 	in := input{Name: ec.Metadata.Name, Namespace: ec.Metadata.Namespace, UID: ec.Metadata.UID,
-		Prev: ec.status(), Gen: ec.Metadata.Generation, Repo: repo, Base: baseName(ec.Metadata.Name)}
+		Prev: ec.status(), Gen: ec.Metadata.Generation, Repo: repo, Base: baseName(ec.Metadata.Name),
+		Deleting: ec.Metadata.DeletionTimestamp != ""}
 	var err error
 	if in.Spec, err = parseSpec(ec.Spec); err != nil {
 		in.Invalid = err.Error()
@@ -231,8 +237,10 @@ func newDecision(in input, obs observed) *decision {
 type rule func(d *decision) (step, bool)
 
 func (d *decision) ladder() step {
-	if s, ok := d.invalidSpec(); ok {
-		return s
+	for _, r := range []rule{(*decision).invalidSpec, (*decision).beingDeleted} {
+		if s, ok := r(d); ok {
+			return s
+		}
 	}
 	if d.st.ClusterID == "" {
 		return d.bootstrap()
@@ -242,10 +250,8 @@ func (d *decision) ladder() step {
 		(*decision).needQuorum,
 		(*decision).removeLeftovers,
 		(*decision).createClientService,
-		(*decision).startAddedMembers,
+		(*decision).learners,
 		(*decision).replaceLostMembers,
-		(*decision).waitForDeletions,
-		(*decision).promoteLearners,
 		(*decision).resize,
 		(*decision).upgrade,
 	} {
@@ -273,6 +279,37 @@ func (d *decision) invalidSpec() (step, bool) {
 	return s, true
 }
 
+// 0. A cluster being deleted (a foreground deletion waits for the garbage
+// collector to remove its objects first) is left alone: repairing it would
+// fight the collector.
+func (d *decision) beingDeleted() (step, bool) {
+	if !d.in.Deleting {
+		return step{}, false
+	}
+	msg := "the EtcdCluster is being deleted; the garbage collector removes its Pods and Services"
+	d.st.Phase, d.st.Message = phaseDeleting, msg
+	d.st.Members, d.st.CurrentVersion = d.in.Prev.Members, d.in.Prev.CurrentVersion
+	d.setAvailable(false, reasonDeleting, msg)
+	d.setProgressing(false, reasonDeleting, msg)
+	d.setDegraded(false, reasonDeleting, msg)
+	return step{}, true
+}
+
+// formed reports whether a cluster with no known cluster ID (its status
+// lost, its members out of the operator's reach) has formed all the same:
+// a Pod is Ready (etcd's /readyz needs a leader), or a member joined it.
+// Such a cluster is never bootstrapped again: a member created with
+// --initial-cluster-state=new and empty data under an ID the others know
+// would have forgotten what it acknowledged (raft cannot survive that).
+func (d *decision) formed() bool {
+	for _, p := range d.obs.Pods {
+		if p.Ready || p.State == "existing" {
+			return true
+		}
+	}
+	return false
+}
+
 // 1. A cluster that never formed (no member has reported a cluster ID) is
 // created: every Service, then every Pod, with --initial-cluster-state=new.
 // Then the members are waited for until one answers.
@@ -292,6 +329,10 @@ func (d *decision) bootstrap() step {
 	}
 	d.setAvailable(false, reasonNotStarted, "etcd has not answered yet")
 	d.setDegraded(false, reasonCreating, "")
+	if len(missing) > 0 && d.formed() {
+		msg := fmt.Sprintf("the cluster has formed (%s), but no member answers the operator, so it creates nothing: a member made again as new would lose what it acknowledged", d.podSummary(names))
+		return d.wait(phaseCreating, reasonWaitingForMembers, msg)
+	}
 	if len(missing) > 0 {
 		// The status written after the step already says what comes next,
 		// so the pass ends there: the Pods' events start the next one.
@@ -299,6 +340,15 @@ func (d *decision) bootstrap() step {
 		s := d.progress(phaseCreating, reasonWaitingForMembers, msg, d.bootstrapStep(names))
 		s.Last = true
 		return s
+	}
+	// A Pod that never ran, with an image other than the one spec.version
+	// now asks for (a version no registry has, since fixed), is made
+	// again: no member of it ever started, so nothing is lost.
+	for _, m := range names {
+		if p := d.pods[m]; p != nil && p.Image != d.image() && neverRan(p) && !p.Deleting {
+			msg := fmt.Sprintf("deleting Pod %s, which never ran %s, to create it again with %s", m, p.Image, d.image())
+			return d.progress(phaseCreating, reasonWaitingForMembers, msg, step{Action: actDeletePod, Member: m, Delete: "pods"})
+		}
 	}
 	msg := fmt.Sprintf("waiting for the members to start and elect a leader: %s", d.podSummary(names)) + d.namesNote()
 	d.st.Phase, d.st.Message = phaseCreating, msg
@@ -380,7 +430,9 @@ func (d *decision) removeLeftovers() (step, bool) {
 		}
 	}
 	for _, s := range d.obs.Services {
-		if s != d.clientService() && !known[s] && d.pods[s] == nil {
+		// Not waiting for the Pod to be gone: its graceful deletion ends
+		// with an event about a member the status no longer lists.
+		if s != d.clientService() && !known[s] {
 			return d.progress(phaseScaling, reasonRemovingMember, fmt.Sprintf("deleting Service %s: its member was removed from etcd", s),
 				step{Action: actDeleteSvc, Member: s, Delete: "services"}), true
 		}
@@ -398,54 +450,119 @@ func (d *decision) createClientService() (step, bool) {
 		step{Action: actCreateClient, Create: []object{{"services", d.clientService(), plan.clientService()}}}), true
 }
 
-// 5. A member etcd knows but that never started: removed if the cluster is
-// to shrink, else given its Service and Pod.
-func (d *decision) startAddedMembers() (step, bool) {
+// 5. A joining member: etcd knows it (added as a learner) and it has not
+// been promoted yet. It gets its Service and Pod, is promoted once it has
+// caught up, and is removed again, which is always safe for a learner,
+// when it cannot get there: its Pod or data is gone, its Pod cannot run, or
+// the cluster is to shrink. Until then no other membership change is made,
+// so the --initial-cluster its Pod was created with stays true.
+func (d *decision) learners() (step, bool) {
 	members := d.obs.Etcd.Members
 	for _, m := range members {
-		if m.Name != "" || d.pods[m.PeerHost] != nil {
-			continue // started, or created and not seen starting yet
+		if !m.Learner && m.Name != "" {
+			continue
 		}
-		if len(members) > d.in.Spec.Size {
-			return d.progress(phaseScaling, reasonRemovingMember, fmt.Sprintf("removing member %s, which never started, for spec.size %d", m.PeerHost, d.in.Spec.Size),
-				d.removeStep(m)), true
+		p := d.pods[m.member()]
+		why := d.cannotJoin(m, p)
+		switch {
+		case len(members) > d.in.Spec.Size && d.withoutOK(m, true):
+			msg := fmt.Sprintf("removing learner %s for spec.size %d", m.member(), d.in.Spec.Size)
+			if m.Name == "" {
+				msg = fmt.Sprintf("removing member %s, which never started, for spec.size %d", m.member(), d.in.Spec.Size)
+			}
+			return d.progress(phaseScaling, reasonRemovingMember, msg, d.removeStep(m)), true
+		case p == nil && m.Name == "":
+			return d.progress(d.phaseFor(m.PeerHost), reasonStartingMember, fmt.Sprintf("starting member %s (Service and Pod) to join the cluster as a learner", m.PeerHost), d.startStep(m)), true
+		case why != "" && d.withoutOK(m, true):
+			s := d.removeStep(m)
+			s.News = []notice{{eventWarning, reasonMemberReplaced, fmt.Sprintf("learner %s is removed: %s; a new member joins in its place", m.member(), why)}}
+			return d.progress(d.phaseFor(m.member()), reasonReplacingMember, fmt.Sprintf("removing learner %s: %s", m.member(), why), s), true
+		case m.Name == "" && !sameMembers(p.InitialCluster, d.joinList()) && !p.Deleting:
+			// Created before a membership change: etcd would refuse to
+			// start it with that list. It never started; make it again.
+			return d.progress(d.phaseFor(m.member()), reasonStartingMember, fmt.Sprintf("deleting Pod %s: its --initial-cluster is out of date; it is created again", m.member()),
+				step{Action: actDeletePod, Member: m.member(), Delete: "pods"}), true
+		case !m.Answered:
+			return d.wait(d.phaseFor(m.member()), reasonWaitingForLearner, fmt.Sprintf("waiting for %s %s to start: %s", map[bool]string{true: "learner", false: "member"}[m.Learner], m.member(), d.describe(m))), true
+		case !m.Learner:
+			continue
 		}
-		return d.progress(d.phaseFor(m.PeerHost), reasonStartingMember, fmt.Sprintf("starting member %s (Service and Pod) to join the cluster as a learner", m.PeerHost),
-			d.startStep(m)), true
+		s := d.etcdStep(actPromote, m.member(), m.ID, "/v3/cluster/member/promote", map[string]string{"ID": m.ID})
+		s.Again = pollAgain
+		s.News = []notice{{eventNormal, reasonMemberPromoted, fmt.Sprintf("member %s promoted to a voting member", m.member())}}
+		return d.progress(d.phaseFor(m.member()), reasonPromotingLearner, fmt.Sprintf("promoting learner %s to a voting member once it has caught up with the leader", m.member()), s), true
 	}
 	return step{}, false
 }
 
-// startStep creates the Service and the Pod of a member added to etcd. Its
-// --initial-cluster is every member etcd has now, itself included.
-func (d *decision) startStep(m memberView) step {
+// cannotJoin says why a joining member will never get to be promoted, if
+// it will not: its data is gone with its Pod, or its Pod cannot run. A
+// Pod that waits for an image spec.version still asks for is left alone:
+// a new member would wait the same way, and the status says why.
+func (d *decision) cannotJoin(m memberView, p *podView) string {
+	switch {
+	case p == nil:
+		return "its Pod is gone, and its data with it"
+	case p.Deleting:
+		return "its Pod is being deleted"
+	case p.Phase == "Failed" || p.Phase == "Succeeded":
+		return "its Pod is " + p.Phase
+	case m.Answered || !stalled(p):
+		return ""
+	case p.Image != d.image():
+		return fmt.Sprintf("it runs %s, which the kubelet cannot start (%s), and new members run %s", p.Image, p.Waiting, d.image())
+	case p.Waiting == "CrashLoopBackOff":
+		return "etcd keeps exiting in its Pod (CrashLoopBackOff)"
+	}
+	return ""
+}
+
+// joinList is the --initial-cluster of a member joining now: every member
+// etcd has, by name (peer host until started) and peer URL.
+func (d *decision) joinList() string {
 	var peers []peer
 	for _, o := range d.obs.Etcd.Members {
 		peers = append(peers, peer{o.member(), o.PeerHost})
 	}
+	return initialCluster(peers)
+}
+
+// sameMembers reports whether two --initial-cluster lists name the same
+// members, in any order.
+func sameMembers(a, b string) bool {
+	pa, pb := parseInitialCluster(a), parseInitialCluster(b)
+	key := func(p peer) string { return p.Name + "=" + p.Host }
+	ka, kb := make([]string, len(pa)), make([]string, len(pb))
+	for i := range pa {
+		ka[i] = key(pa[i])
+	}
+	for i := range pb {
+		kb[i] = key(pb[i])
+	}
+	slices.Sort(ka)
+	slices.Sort(kb)
+	return slices.Equal(ka, kb)
+}
+
+// startStep creates the Service and the Pod of a member added to etcd.
+func (d *decision) startStep(m memberView) step {
 	plan := d.plan(d.image())
-	ic := initialCluster(peers)
+	ic := d.joinList()
 	return step{Action: actStartMember, Member: m.PeerHost, Image: plan.Image, InitialCluster: ic,
 		Create: []object{{"services", m.PeerHost, plan.memberService(m.PeerHost)}, {"pods", m.PeerHost, plan.joiningPod(m.PeerHost, ic)}},
 		News:   []notice{{eventNormal, reasonMemberCreated, fmt.Sprintf("created member %s (Pod and Service %s), joining as a learner", m.PeerHost, m.PeerHost)}}}
 }
 
-// 6. A started member whose Pod is gone, or Failed, is removed from etcd;
-// the resize rule adds a fresh one under the same name. Only when the
-// cluster is full-sized, so that replacements go one at a time.
+// 6. A voter that is lost for good is removed from etcd, if the voters left
+// keep a healthy quorum; resize then adds a fresh member. Lost: its Pod
+// is gone, Failed or being deleted (with emptyDir its data goes with it),
+// or etcd keeps exiting in a Pod whose image runs fine in another member
+// (its data was wiped: it came back under its old ID with nothing).
 func (d *decision) replaceLostMembers() (step, bool) {
-	members := d.obs.Etcd.Members
-	if len(members) < d.in.Spec.Size {
-		return step{}, false
-	}
-	for _, m := range members {
-		p := d.pods[m.member()]
-		if p != nil && p.Phase != "Failed" && p.Phase != "Succeeded" {
+	for _, m := range d.obs.Etcd.Members {
+		why := d.lost(m)
+		if why == "" {
 			continue
-		}
-		why := "its Pod is gone"
-		if p != nil {
-			why = "its Pod is " + p.Phase
 		}
 		if !d.withoutOK(m, true) {
 			return d.wait(phaseDegraded, reasonWaitingForQuorum, fmt.Sprintf("member %s must be replaced (%s), but removing it now could cost quorum", m.member(), why)), true
@@ -457,41 +574,33 @@ func (d *decision) replaceLostMembers() (step, bool) {
 	return step{}, false
 }
 
-// 7. A Pod being deleted (by someone else) takes its member away: wait for
-// it to go, then replace the member.
-func (d *decision) waitForDeletions() (step, bool) {
-	for _, m := range d.obs.Etcd.Members {
-		if p := d.pods[m.member()]; p != nil && p.Deleting {
-			return d.wait(phaseDegraded, reasonWaitingForPodDeletion, fmt.Sprintf("Pod %s is being deleted; its member is replaced once it is gone", p.Name)), true
-		}
+// lost says why a voter is lost for good, if it is.
+func (d *decision) lost(m memberView) string {
+	p := d.pods[m.member()]
+	switch {
+	case p == nil:
+		return "its Pod is gone"
+	case p.Phase == "Failed" || p.Phase == "Succeeded":
+		return "its Pod is " + p.Phase
+	case p.Deleting:
+		return "its Pod is being deleted"
+	case !m.Answered && p.Waiting == "CrashLoopBackOff" && d.runsElsewhere(m, p.Image):
+		return "etcd keeps exiting in its Pod (CrashLoopBackOff) with an image that runs in other members: its data is lost or damaged"
 	}
-	return step{}, false
+	return ""
 }
 
-// 8. A learner with a Pod is promoted; etcd refuses until it has caught
-// up. One no longer wanted is removed instead.
-func (d *decision) promoteLearners() (step, bool) {
-	members := d.obs.Etcd.Members
-	for _, m := range members {
-		if !m.Learner {
-			continue
+// runsElsewhere reports whether a healthy voter other than m runs image.
+func (d *decision) runsElsewhere(m memberView, image string) bool {
+	for _, o := range d.obs.Etcd.Members {
+		if o.ID != m.ID && !o.Learner && d.healthy(o) && d.pods[o.member()].Image == image {
+			return true
 		}
-		if len(members) > d.in.Spec.Size {
-			return d.progress(phaseScaling, reasonRemovingMember, fmt.Sprintf("removing learner %s for spec.size %d", m.member(), d.in.Spec.Size),
-				d.removeStep(m)), true
-		}
-		if !m.Answered {
-			return d.wait(d.phaseFor(m.member()), reasonWaitingForLearner, fmt.Sprintf("waiting for learner %s to start: %s", m.member(), d.describe(m))), true
-		}
-		s := d.etcdStep(actPromote, m.member(), m.ID, "/v3/cluster/member/promote", map[string]string{"ID": m.ID})
-		s.Again = pollAgain
-		s.News = []notice{{eventNormal, reasonMemberPromoted, fmt.Sprintf("member %s promoted to a voting member", m.member())}}
-		return d.progress(d.phaseFor(m.member()), reasonPromotingLearner, fmt.Sprintf("promoting learner %s to a voting member once it has caught up with the leader", m.member()), s), true
 	}
-	return step{}, false
+	return false
 }
 
-// 9. Towards spec.size, one member at a time: a new member is added as a
+// 7. Towards spec.size, one member at a time: a new member is added as a
 // learner under the lowest free name; a member removed is an unhealthy one
 // first, else the highest name, and never one whose removal costs quorum.
 func (d *decision) resize() (step, bool) {
@@ -500,8 +609,8 @@ func (d *decision) resize() (step, bool) {
 	case len(members) < size:
 		name := d.nextName()
 		if d.pods[name] != nil {
-			// The Pod of a member removed before (it is being deleted):
-			// the new member takes its name once it is gone.
+			// The Pod of a member removed before, being deleted: the new
+			// member takes its name once it is gone.
 			return d.wait(d.phaseFor(name), reasonWaitingForPodDeletion, fmt.Sprintf("adding member %s waits for its old Pod to be gone", name)), true
 		}
 		s := d.etcdStep(actAddMember, name, "", "/v3/cluster/member/add", map[string]any{"peerURLs": []string{peerURL(name)}, "isLearner": true})
@@ -532,14 +641,16 @@ func (d *decision) phaseFor(name string) string {
 }
 
 // nextName is the lowest member name not in use, so that names stay
-// base-0 ... base-(size-1) whatever was added and removed.
+// base-0 ... base-(size-1) whatever was added and removed. A name whose
+// old Pod is stuck terminating (its node is gone) is skipped.
 func (d *decision) nextName() string {
 	used := map[string]bool{}
 	for _, m := range d.obs.Etcd.Members {
 		used[m.member()] = true
 	}
 	for i := 0; ; i++ {
-		if n := memberName(d.in.Base, i); !used[n] {
+		n := memberName(d.in.Base, i)
+		if p := d.pods[n]; !used[n] && (p == nil || !p.Overdue) {
 			return n
 		}
 	}

@@ -151,11 +151,11 @@ func TestDecide(t *testing.T) {
 		{name: "then its Service", in: in(3, "v3.6.16"),
 			obs:    newWorld(3).noPod("example-2").do(func(w *world) { w.obs.Etcd.Members = w.obs.Etcd.Members[:2] }).obs,
 			action: actDeleteSvc, member: "example-2"},
-		{name: "one replacement at a time: add before removing the next", in: in(5, "v3.6.16"),
+		{name: "two lost: both are removed before anything is added", in: in(5, "v3.6.16"),
 			obs:    newWorld(5).noPod("example-3", "example-4").do(func(w *world) { w.obs.Etcd.Members = w.obs.Etcd.Members[:4] }).do(func(w *world) { w.obs.Services = w.obs.Services[:5] }).obs,
-			action: actAddMember, member: "example-4"},
-		{name: "a Pod being deleted is waited for", in: in(3, "v3.6.16"), obs: newWorld(3).do(func(w *world) { w.pod("example-1").Deleting = true }).obs,
-			phase: phaseDegraded, ready: "2/3", msg: "Pod example-1 is being deleted"},
+			action: actRemoveMember, member: "example-3"},
+		{name: "a member whose Pod is being deleted is removed at once", in: in(3, "v3.6.16"), obs: newWorld(3).do(func(w *world) { w.pod("example-1").Deleting = true }).obs,
+			action: actRemoveMember, member: "example-1", phase: phaseReplacing, ready: "2/3", msg: "its Pod is being deleted"},
 		{name: "scale up adds a learner", in: in(5, "v3.6.16"), obs: newWorld(3).obs,
 			action: actAddMember, member: "example-3", phase: phaseScaling, conds: "TTT", msg: "adding member example-3 as a learner (4 of 5 members)"},
 		{name: "scale up waits for an old Pod of the same name to be gone", in: in(3, "v3.6.16"),
@@ -229,7 +229,7 @@ func TestDecide(t *testing.T) {
 			return i
 		}(),
 			obs:   newWorld(3).do(func(w *world) { w.pod("example-2").Image = repo + ":v3.7.3" }).down("example-2").obs,
-			phase: phaseDegraded, msg: "restarting member example-1 now could cost quorum"},
+			phase: phaseUpgrading, msg: "waiting for member example-2 to come back and report 3.7.3"},
 		{name: "upgrade stops at a member the kubelet cannot start", in: in(3, "v3.7.9"),
 			obs: newWorld(3).do(func(w *world) {
 				p := w.pod("example-1")
@@ -314,6 +314,143 @@ func TestDecide(t *testing.T) {
 			}
 			if st.ObservedGeneration != tc.in.Gen {
 				t.Errorf("observedGeneration = %d, want %d", st.ObservedGeneration, tc.in.Gen)
+			}
+		})
+	}
+}
+
+// Never stuck: the states that faults which overlap can reach, each of
+// which decide once left for good (issue 22's cases), and the step that
+// leads out of it.
+func TestNeverStuck(t *testing.T) {
+	fresh := in(3, "v3.6.16")
+	fresh.Prev = clusterStatus{}
+	ic := func(names ...string) string {
+		var peers []peer
+		for _, n := range names {
+			peers = append(peers, peer{n, n})
+		}
+		return initialCluster(peers)
+	}
+	// joining adds example-i to etcd as an unstarted learner with a Pod
+	// created from the member list ic.
+	joining := func(i int, ic, phase, waiting string) func(w *world) {
+		return func(w *world) {
+			name := fmt.Sprintf("example-%d", i)
+			w.obs.Etcd.Members = append(w.obs.Etcd.Members, memberView{ID: fmt.Sprint(100 + i), PeerHost: name, Learner: true})
+			w.obs.Pods = append(w.obs.Pods, podView{Name: name, Phase: phase, Waiting: waiting, Image: repo + ":v3.6.16", State: "existing", InitialCluster: ic})
+			w.obs.Services = append(w.obs.Services, name)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		in     input
+		obs    observed
+		action string
+		member string
+		msg    string
+	}{
+		{name: "1: a joining Pod whose --initial-cluster is out of date is made again",
+			in: in(5, "v3.6.16"), obs: newWorld(3).do(joining(3, ic("example-0", "example-1", "example-2", "example-3", "example-4"), "Pending", "")).obs,
+			action: actDeletePod, member: "example-3", msg: "--initial-cluster is out of date"},
+		{name: "1: no other membership change while a learner has not started",
+			in: in(5, "v3.6.16"), obs: newWorld(4).do(joining(4, ic("example-0", "example-1", "example-2", "example-3", "example-4"), "Pending", "")).noPod("example-3").obs,
+			msg: "waiting for learner example-4 to start"},
+		{name: "2: a started learner whose Pod is gone is removed",
+			in: in(5, "v3.6.16"), obs: newWorld(4).do(func(w *world) { w.member("example-3").Learner = true }).noPod("example-3").obs,
+			action: actRemoveMember, member: "example-3", msg: "its Pod is gone"},
+		{name: "2: a learner whose Pod Failed is removed",
+			in: in(4, "v3.6.16"), obs: newWorld(4).do(func(w *world) { w.member("example-3").Learner = true; w.pod("example-3").Phase = "Failed" }).down("example-3").obs,
+			action: actRemoveMember, member: "example-3"},
+		{name: "2: a learner in a crash loop is removed",
+			in: in(4, "v3.6.16"), obs: newWorld(4).do(func(w *world) { w.member("example-3").Learner = true; w.pod("example-3").Waiting = "CrashLoopBackOff" }).down("example-3").obs,
+			action: actRemoveMember, member: "example-3", msg: "CrashLoopBackOff"},
+		{name: "3: a learner left with an image that does not pull is removed once spec.version is set back",
+			in: in(4, "v3.6.16"), obs: newWorld(3).do(joining(3, ic("example-0", "example-1", "example-2", "example-3"), "Pending", "ImagePullBackOff")).do(func(w *world) { w.pod("example-3").Image = repo + ":v3.7.99" }).obs,
+			action: actRemoveMember, member: "example-3", msg: "cannot start"},
+		{name: "3: a learner waiting for the image spec.version asks for is left alone",
+			in: in(4, "v3.7.99"), obs: newWorld(3).do(joining(3, ic("example-0", "example-1", "example-2", "example-3"), "Pending", "ImagePullBackOff")).do(func(w *world) { w.pod("example-3").Image = repo + ":v3.7.99" }).obs,
+			msg: "waiting for learner example-3 to start: example-3 ImagePullBackOff"},
+		{name: "4: a new cluster's Pods that never ran are made again with the fixed version",
+			in: fresh, obs: newWorld(3).do(func(w *world) {
+				w.obs.Etcd = etcdView{}
+				for i := range w.obs.Pods {
+					p := &w.obs.Pods[i]
+					p.Phase, p.Ready, p.Waiting, p.Image, p.InitialCluster = "Pending", false, "ImagePullBackOff", repo+":v3.7.99", ic("example-0", "example-1", "example-2")
+				}
+			}).obs,
+			action: actDeletePod, member: "example-0", msg: "never ran"},
+		{name: "5: a member whose Pod is stuck terminating is removed from etcd",
+			in: in(3, "v3.6.16"), obs: newWorld(3).do(func(w *world) { w.pod("example-1").Deleting, w.pod("example-1").Overdue = true, true }).down("example-1").obs,
+			action: actRemoveMember, member: "example-1"},
+		{name: "5: a new member does not wait for a name whose Pod is stuck terminating",
+			in: in(3, "v3.6.16"), obs: newWorld(2).do(func(w *world) {
+				w.obs.Pods = append(w.obs.Pods, podView{Name: "example-2", Phase: "Running", Deleting: true, Overdue: true})
+			}).obs,
+			action: actAddMember, member: "example-3"},
+		{name: "6: an election with 3 voters and a learner is no quorum lost",
+			in: func() input {
+				i := in(4, "v3.6.16")
+				i.Prev.Members = append(i.Prev.Members, memberStatus{Name: "example-3", Learner: true})
+				return i
+			}(), obs: newWorld(4).do(func(w *world) { w.member("example-3").Learner = true }).down("example-0").noQuorum().obs,
+			msg: "no leader yet"},
+		{name: "7: a formed cluster whose status is lost and whose members do not answer is not bootstrapped",
+			in: fresh, obs: newWorld(3).noPod("example-2").do(func(w *world) { w.obs.Etcd = etcdView{} }).obs,
+			msg: "the cluster has formed"},
+		{name: "8: an upgraded member in a crash loop stops a 5-member rollout",
+			in: func() input {
+				i := in(5, "v3.7.3")
+				i.Prev.Members[0].Version = "3.7.3"
+				return i
+			}(), obs: newWorld(5).do(func(w *world) {
+				w.obs.Etcd.Leader, w.obs.Etcd.LeaderPod = "5", "example-4"
+				w.pod("example-0").Image, w.pod("example-0").Waiting = repo+":v3.7.3", "CrashLoopBackOff"
+			}).down("example-0").obs,
+			msg: "upgrade stopped at member example-0"},
+		{name: "9: setting the version back mid-upgrade with the old member down is no downgrade",
+			in: func() input {
+				i := in(3, "v3.6.16")
+				i.Prev.CurrentVersion = "3.6.16"
+				return i
+			}(), obs: newWorld(3).do(func(w *world) {
+				for _, n := range []string{"example-0", "example-1"} {
+					w.pod(n).Image, w.member(n).Version = repo+":v3.7.3", "3.7.3"
+				}
+				w.obs.Etcd.Leader, w.obs.Etcd.LeaderPod = "1", "example-0"
+			}).down("example-2").obs,
+			msg: "upgrading to v3.6.16: waiting for member example-2 to come back"},
+		{name: "9: ... and rolls back once it is",
+			in: func() input {
+				i := in(3, "v3.6.16")
+				i.Prev.CurrentVersion = "3.6.16"
+				return i
+			}(), obs: newWorld(3).do(func(w *world) {
+				for _, n := range []string{"example-0", "example-1"} {
+					w.pod(n).Image, w.member(n).Version = repo+":v3.7.3", "3.7.3"
+				}
+			}).obs,
+			action: actUpgrade, member: "example-1"},
+		{name: "10: a removed member's Service goes while its Pod terminates",
+			in: in(3, "v3.6.16"), obs: newWorld(3).do(func(w *world) {
+				w.obs.Pods = append(w.obs.Pods, podView{Name: "example-3", Phase: "Running", Deleting: true})
+				w.obs.Services = append(w.obs.Services, "example-3")
+			}).obs,
+			action: actDeleteSvc, member: "example-3"},
+		{name: "11: a cluster being deleted is left alone",
+			in: func() input { i := in(3, "v3.6.16"); i.Deleting = true; return i }(), obs: newWorld(3).do(func(w *world) { w.obs.Services = w.obs.Services[1:] }).noPod("example-1").obs,
+			msg: "being deleted"},
+		{name: "12: a member whose data is gone while its Pod lives is replaced",
+			in: in(3, "v3.6.16"), obs: newWorld(3).do(func(w *world) { w.pod("example-2").Waiting = "CrashLoopBackOff" }).down("example-2").obs,
+			action: actRemoveMember, member: "example-2", msg: "its data is lost"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, s := decide(tc.in, tc.obs)
+			if s.Action != tc.action || s.Member != tc.member {
+				t.Errorf("step = %s %s, want %s %s (status: %s)", s.Action, s.Member, tc.action, tc.member, st.Message)
+			}
+			if !strings.Contains(st.Message, tc.msg) {
+				t.Errorf("message = %q, want it to contain %q", st.Message, tc.msg)
 			}
 		})
 	}

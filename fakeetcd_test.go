@@ -127,7 +127,7 @@ func (f *fakeAPI) startPodLocked(ns string, pod map[string]any) {
 		proc.Down = true // nothing to join: etcd exits
 	} else if m := e.member(name); m == nil {
 		proc.Removed = true
-	} else if args["initial-cluster-state"] == "existing" && !sameMembers(args["initial-cluster"], e) {
+	} else if args["initial-cluster-state"] == "existing" && !listsMembersOf(args["initial-cluster"], e) {
 		// etcd checks a joining member's --initial-cluster against the
 		// cluster's members, and exits when they differ.
 		proc.Down = true
@@ -386,9 +386,9 @@ func matches(obj map[string]any, selector string) bool {
 	return true
 }
 
-// sameMembers reports whether an --initial-cluster lists exactly e's
+// listsMembersOf reports whether an --initial-cluster lists exactly e's
 // members, by peer URL, as etcd checks for a member that joins.
-func sameMembers(initialCluster string, e *fakeEtcd) bool {
+func listsMembersOf(initialCluster string, e *fakeEtcd) bool {
 	var got, want []string
 	for _, part := range strings.Split(initialCluster, ",") {
 		_, peer, _ := strings.Cut(part, "=")

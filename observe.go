@@ -84,8 +84,17 @@ func (p *pod) owner() (name, uid string) {
 	return "", ""
 }
 
-func (p *pod) view() podView {
+// overdue is how long after the end of its grace period a Pod that is
+// still there counts as stuck: its kubelet is gone (a lost node), and
+// nothing will finish the deletion until someone removes the Node.
+const overdue = time.Minute
+
+func (p *pod) view(now time.Time) podView {
 	v := podView{Name: p.Metadata.Name, Phase: p.Status.Phase, Ready: p.ready(), Deleting: p.Metadata.DeletionTimestamp != ""}
+	// deletionTimestamp is when the grace period ends.
+	if end, err := time.Parse(time.RFC3339, p.Metadata.DeletionTimestamp); err == nil {
+		v.Overdue = now.Sub(end) > overdue
+	}
 	for _, c := range p.Spec.Containers {
 		if c.Name == "etcd" {
 			v.Image = c.Image
@@ -151,7 +160,7 @@ func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base string) 
 		if _, uid := p.owner(); uid != ec.Metadata.UID {
 			continue
 		}
-		obs.Pods = append(obs.Pods, p.view())
+		obs.Pods = append(obs.Pods, p.view(time.Now()))
 		if p.Status.Phase == "Running" && p.Status.PodIP != "" && p.Metadata.DeletionTimestamp == "" {
 			running = append(running, p)
 		}

@@ -30,6 +30,7 @@ const (
 	phaseDegraded    = "Degraded"    // available, but a member is missing or unready
 	phaseUnavailable = "Unavailable" // quorum lost, or every member gone
 	phaseFailed      = "Failed"      // someone has to act: the message says what
+	phaseDeleting    = "Deleting"    // the EtcdCluster is being deleted
 )
 
 // Condition types.
@@ -69,6 +70,7 @@ const (
 	reasonMemberUnready         = "MemberUnready"
 	reasonAllMembersReady       = "AllMembersReady"
 	reasonStepFailed            = "StepFailed"
+	reasonDeleting              = "Deleting"
 
 	// Events only.
 	reasonClusterCreated = "ClusterCreated"
@@ -113,7 +115,18 @@ func (d *decision) steadyPhase() string {
 // data on emptyDir, etcd cannot rebuild a quorum from fewer members, and a
 // membership change needs the quorum it lacks.
 func (d *decision) unavailable() step {
-	size := max(len(d.obs.Etcd.Members), len(d.in.Prev.Members), 1)
+	// The voters: learners make no quorum. Without a leader to list them,
+	// the last status's list stands in.
+	size := 0
+	for _, m := range d.in.Prev.Members {
+		if !m.Learner {
+			size++
+		}
+	}
+	if d.obs.Etcd.Members != nil {
+		size, _ = d.voters()
+	}
+	size = max(size, 1)
 	answering := d.obs.Etcd.Answered
 	var msg, reason string
 	switch {
@@ -197,8 +210,12 @@ func (d *decision) reportMembers() {
 		if ms.Ready {
 			d.st.ReadyMembers++
 		}
-		if m.Version != "" && (lowest == "" || versionLess(m.Version, lowest)) {
-			lowest = m.Version
+		// A member that does not answer now counts with the version it
+		// last reported: etcd's cluster version does not move while it is
+		// down either.
+		v := cmp.Or(m.Version, d.prevVersion(m.member()))
+		if v != "" && (lowest == "" || versionLess(v, lowest)) {
+			lowest = v
 		}
 	}
 	// The cluster's version is its lowest member's, as etcd's own cluster

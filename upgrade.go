@@ -54,38 +54,36 @@ func (d *decision) upgrade() (step, bool) {
 
 // upgradeUnderWay returns the members still to upgrade, or the wait for
 // one that was upgraded and is not back yet: a member whose Pod runs the
-// target image but does not answer with the target version.
+// target image but does not answer with the target version. A rollout
+// never moves on while an upgraded member is not back; one the kubelet
+// cannot start (a crash loop, an image that does not pull) stops it.
 func (d *decision) upgradeUnderWay(target string) ([]memberView, step, bool) {
 	want := strings.TrimPrefix(d.in.Spec.Version, "v")
 	members := d.obs.Etcd.Members
-	var todo []memberView
+	var todo, back []memberView
 	for _, m := range members {
 		p := d.pods[m.member()]
-		if p == nil {
+		switch {
+		case p == nil:
 			return nil, d.wait(phaseDegraded, reasonWaitingForMember, fmt.Sprintf("member %s has no Pod", m.member())), true
-		}
-		if p.Image != target {
+		case p.Image != target:
 			todo = append(todo, m)
-			continue
+		case !d.healthy(m) || m.Version != want && isVersion(d.in.Spec.Version):
+			back = append(back, m)
 		}
-		if d.healthy(m) && (m.Version == want || !isVersion(d.in.Spec.Version)) {
-			continue
-		}
-		if d.prevVersion(m.member()) == want {
-			continue // upgraded before, and down since: the kubelet's to restart
-		}
-		// Patched, not back yet. A kubelet that cannot run the image
-		// stops the rollout here; the rest of the cluster is untouched.
-		if stalled(p) {
-			msg := fmt.Sprintf("upgrade stopped at member %s: the kubelet says %s: %s; the other members keep running; set spec.version back to repair it", m.member(), p.Waiting, p.WaitingMessage)
-			d.st.Phase, d.st.Message = phaseDegraded, msg
-			d.setProgressing(false, reasonUpgradeStalled, msg)
-			d.setDegraded(true, reasonUpgradeStalled, msg)
-			return nil, step{}, true
-		}
-		return nil, d.wait(phaseUpgrading, reasonUpgrading, fmt.Sprintf("upgrading to %s: waiting for member %s to come back and report %s (%d of %d done)", d.in.Spec.Version, m.member(), want, len(members)-len(todo)-1, len(members))), true
 	}
-	return todo, step{}, false
+	if len(todo) == 0 || len(back) == 0 {
+		return todo, step{}, false
+	}
+	m, p := back[0], d.pods[back[0].member()]
+	if stalled(p) {
+		msg := fmt.Sprintf("upgrade stopped at member %s: the kubelet says %s: %s; the other members keep running; set spec.version back to repair it", m.member(), p.Waiting, p.WaitingMessage)
+		d.st.Phase, d.st.Message = phaseDegraded, msg
+		d.setProgressing(false, reasonUpgradeStalled, msg)
+		d.setDegraded(true, reasonUpgradeStalled, msg)
+		return nil, step{}, true
+	}
+	return nil, d.wait(phaseUpgrading, reasonUpgrading, fmt.Sprintf("upgrading to %s: waiting for member %s to come back and report %s (%d of %d done)", d.in.Spec.Version, m.member(), want, len(members)-len(todo), len(members))), true
 }
 
 // nextToUpgrade: members the kubelet could not restart go first (setting
@@ -127,6 +125,10 @@ func stalled(p *podView) bool {
 	}
 	return false
 }
+
+// neverRan reports a Pod whose etcd has not started once: not scheduled,
+// or its image not pulled (Pending is the phase until a container runs).
+func neverRan(p *podView) bool { return p.Phase == "Pending" }
 
 // versionRefused says why spec.version cannot be rolled out, if it cannot:
 // etcd upgrades one minor version at a time and this operator does not

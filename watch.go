@@ -50,6 +50,8 @@ type objectMeta struct {
 	UID             string `json:"uid,omitempty"`
 	ResourceVersion string `json:"resourceVersion,omitempty"`
 	Generation      int64  `json:"generation,omitempty"`
+	// DeletionTimestamp is set once the object is being deleted.
+	DeletionTimestamp string `json:"deletionTimestamp,omitempty"`
 }
 
 // key names a cluster in logs and in the control loop's bookkeeping.
