@@ -1,6 +1,17 @@
-// The test harness: the operator run against the fake API server
-// (fakeapi_test.go), and the helpers the tests share to wait for a
-// cluster's status and to look at the requests the operator sent.
+// The test harness: the operator against the fake API server
+// (fakeapi_test.go), at three depths, each built on the one below:
+//
+//   - newController: the controller alone; the test calls its passes and
+//     steps itself.
+//   - startLoop: the control loop and its workers, fed the watch events
+//     the test hands it.
+//   - startOperator: the whole operator as main runs it, flags, watchers
+//     and all.
+//
+// and one set of helpers: clusters to start from (startExample and the
+// states built on it), waitStatus to wait for what a cluster's status says,
+// and requestCount, requestsSince and about to look at the requests the
+// operator sent.
 package main
 
 import (
@@ -18,6 +29,63 @@ import (
 	"testing"
 	"time"
 )
+
+// newController is the operator's controller on the fake, without its
+// loop: a test calls its passes and steps itself. Its Events stay queued.
+func newController(f *fakeAPI) *controller {
+	c := newClient(f.srv.URL, nil)
+	log := slog.New(slog.DiscardHandler)
+	return &controller{client: c, log: log, image: repo, events: newRecorder(c, log)}
+}
+
+// loop runs the control loop alone on events a test hands it, one at a
+// time and in order, against a fake API server. A pass for a cluster the
+// fake does not hold costs one GET (404) when it reads the cluster first,
+// more when it acts on the event's object.
+type loop struct {
+	clusters   chan event[*EtcdCluster]
+	pods       chan event[podEvent]
+	synced     chan struct{}
+	podsSynced chan struct{}
+	done       chan struct{}
+	finishOnce sync.Once
+}
+
+// startLoop runs newController's loop with one worker.
+func startLoop(t *testing.T, f *fakeAPI) *loop {
+	t.Helper()
+	ctl := newController(f)
+	l := &loop{clusters: make(chan event[*EtcdCluster]), pods: make(chan event[podEvent]),
+		synced: make(chan struct{}), podsSynced: make(chan struct{}), done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { defer close(l.done); ctl.run(ctx, l.clusters, l.pods, l.synced, l.podsSynced, 1) }()
+	t.Cleanup(func() { l.finish(); cancel() })
+	return l
+}
+
+// finish ends the watches' channels and waits until the loop and its
+// workers are done: every pass the events started has been made.
+func (l *loop) finish() {
+	l.finishOnce.Do(func() {
+		close(l.clusters)
+		close(l.pods)
+	})
+	<-l.done
+}
+
+// cluster hands the loop a watch event of cluster default/name (spec size
+// 3) at generation gen with status st.
+func (l *loop) cluster(typ, name string, gen int64, st clusterStatus) {
+	raw := mustJSON(st)
+	l.clusters <- event[*EtcdCluster]{Type: typ, Object: &EtcdCluster{
+		Metadata: objectMeta{Namespace: "default", Name: name, UID: "uid-" + name, Generation: gen},
+		Spec:     json.RawMessage(`{"size":3}`), Status: raw}}
+}
+
+// pod hands the loop a watch event of a member Pod of cluster.
+func (l *loop) pod(typ, cluster, name string, ready bool) {
+	l.pods <- event[podEvent]{Type: typ, Object: podEvent{Namespace: "default", Name: name, Cluster: cluster, Ready: ready}}
+}
 
 // operator is one run of the operator against a fake API server.
 type operator struct {
@@ -101,6 +169,7 @@ func (op *operator) waitLog(text string) {
 	}
 }
 
+// syncBuffer is a log that the operator writes while a test reads it.
 type syncBuffer struct {
 	mu      sync.Mutex
 	b       bytes.Buffer
@@ -123,112 +192,94 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// loop runs the control loop alone on events a test hands it, one at a
-// time and in order, against a fake API server. A pass for a cluster the
-// fake does not hold costs one GET (404) when it reads the cluster first,
-// more when it acts on the event's object.
-type loop struct {
-	clusters   chan event[*EtcdCluster]
-	pods       chan event[podEvent]
-	synced     chan struct{}
-	podsSynced chan struct{}
-	done       chan struct{}
-	finishOnce sync.Once
-}
-
-func startLoop(t *testing.T, f *fakeAPI) *loop {
-	t.Helper()
-	c := newClient(f.srv.URL, nil)
-	log := slog.New(slog.DiscardHandler)
-	ctl := &controller{client: c, log: log, image: repo, events: newRecorder(c, log)}
-	l := &loop{clusters: make(chan event[*EtcdCluster]), pods: make(chan event[podEvent]),
-		synced: make(chan struct{}), podsSynced: make(chan struct{}), done: make(chan struct{})}
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { defer close(l.done); ctl.run(ctx, l.clusters, l.pods, l.synced, l.podsSynced, 1) }()
-	t.Cleanup(func() { l.finish(); cancel() })
-	return l
-}
-
-// finish ends the watches' channels and waits until the loop and its
-// workers are done: every pass the events started has been made.
-func (l *loop) finish() {
-	l.finishOnce.Do(func() {
-		close(l.clusters)
-		close(l.pods)
-	})
-	<-l.done
-}
-
-func (l *loop) cluster(typ, name string, gen int64, st clusterStatus) {
-	raw := mustJSON(st)
-	l.clusters <- event[*EtcdCluster]{Type: typ, Object: &EtcdCluster{
-		Metadata: objectMeta{Namespace: "default", Name: name, UID: "uid-" + name, Generation: gen},
-		Spec:     json.RawMessage(`{"size":3}`), Status: raw}}
-}
-
-func (l *loop) pod(typ, cluster, name string, ready bool) {
-	l.pods <- event[podEvent]{Type: typ, Object: podEvent{Namespace: "default", Name: name, Cluster: cluster, Ready: ready}}
-}
-
-// newController is the operator's controller on the fake, without its
-// loop: a test calls its passes and steps itself. Its Events stay queued.
-func newController(f *fakeAPI) *controller {
-	c := newClient(f.srv.URL, nil)
-	log := slog.New(slog.DiscardHandler)
-	return &controller{client: c, log: log, image: repo, events: newRecorder(c, log)}
-}
-
+// size is a spec of n members and the default version.
 func size(n int) map[string]any { return map[string]any{"size": n} }
 
-func phaseOf(obj map[string]any) string {
-	st, _ := obj["status"].(map[string]any)
-	p, _ := st["phase"].(string)
-	return p
+// startExample starts an operator on a fake API server that holds a
+// 3-member cluster named example.
+func startExample(t *testing.T) (*fakeAPI, *operator) {
+	t.Helper()
+	f := newFakeAPI(t)
+	f.putCluster("default", "example", size(3))
+	return f, startOperator(t, f)
 }
 
+// idleExample is startExample with an operator that has nothing left to
+// do: whatever it sends next is caused by what the test does. The operator
+// that created the cluster may still be in a pass when the status says
+// Running (for Pod events that crossed its own status writes), so it is
+// stopped once its Events are in, and a new one started over the settled
+// cluster, which sends nothing about it (TestRestartCreatesNothing).
+func idleExample(t *testing.T) (*fakeAPI, *operator) {
+	t.Helper()
+	f, op := startExample(t)
+	waitStatus(f, "example", inPhase(phaseRunning))
+	f.waitFor("the events of the creation", func() bool { return len(f.events) == 4 })
+	op.stop()
+	op = startOperator(t, f)
+	f.waitFor("the new operator to watch clusters and Pods", func() bool { return len(f.streams) == 1 && len(f.podStreams) == 1 })
+	return f, op
+}
+
+// settledExample is startExample with the given spec changes applied in
+// turn, once the status reports the last one and with the operator
+// stopped: the cluster is as a pass finds it.
+func settledExample(t *testing.T, specs []any, reported statusCheck) *fakeAPI {
+	t.Helper()
+	f, op := startExample(t)
+	waitStatus(f, "example", running(3))
+	for _, s := range specs {
+		f.putCluster("default", "example", s)
+	}
+	waitStatus(f, "example", reported)
+	op.stop()
+	return f
+}
+
+// statusOf is the status of a cluster object as the fake holds it.
 func statusOf(obj map[string]any) clusterStatus {
 	var st clusterStatus
 	_ = json.Unmarshal(mustJSON(obj["status"]), &st)
 	return st
 }
 
-// waitPhase waits until the fake holds the cluster in the given phase.
-func waitPhase(f *fakeAPI, name, phase string) map[string]any {
-	f.t.Helper()
-	f.waitFor(name+" in phase "+phase, func() bool { return phaseOf(f.clusters["default/"+name]) == phase })
-	return f.cluster("default", name)
+// A statusCheck is what a test waits for in a cluster's status, and the
+// words for it should the wait time out.
+type statusCheck struct {
+	what string
+	ok   func(st clusterStatus) bool
 }
 
-// waitWaiting waits until a cluster whose Pods do not run has all its
-// objects and waits for its members.
-func waitWaiting(f *fakeAPI, name string) {
-	f.t.Helper()
-	f.waitFor(name+" waiting for its members", func() bool {
-		st := statusOf(f.clusters["default/"+name])
-		p, _ := st.condition(condProgressing)
-		return p.Reason == "WaitingForMembers"
-	})
+// inPhase is a status in the given phase.
+func inPhase(phase string) statusCheck {
+	return statusCheck{"phase " + phase, func(st clusterStatus) bool { return st.Phase == phase }}
 }
 
-// waitStatus waits until the cluster's status satisfies cond.
-func waitStatus(f *fakeAPI, name, what string, cond func(st clusterStatus) bool) clusterStatus {
-	f.t.Helper()
-	f.waitFor(name+": "+what, func() bool { return cond(statusOf(f.clusters["default/"+name])) })
-	return statusOf(f.cluster("default", name))
-}
-
-func running(size int) func(st clusterStatus) bool {
-	return func(st clusterStatus) bool {
+// running is a status that says Running with all size members ready.
+func running(size int) statusCheck {
+	return statusCheck{fmt.Sprintf("Running %d/%d", size, size), func(st clusterStatus) bool {
 		return st.Phase == phaseRunning && st.Ready == fmt.Sprintf("%d/%d", size, size) && st.ObservedGeneration > 0
-	}
+	}}
 }
 
-func membersOf(n int) []string {
-	var out []string
-	for i := range n {
-		out = append(out, fmt.Sprintf("example-%d", i))
-	}
-	return out
+// progressing is a status whose Progressing condition has the reason.
+func progressing(reason string) statusCheck {
+	return statusCheck{"Progressing " + reason, func(st clusterStatus) bool {
+		p, _ := st.condition(condProgressing)
+		return p.Reason == reason
+	}}
+}
+
+// waitStatus waits until the status of cluster default/name passes c, and
+// returns the status that did.
+func waitStatus(f *fakeAPI, name string, c statusCheck) clusterStatus {
+	f.t.Helper()
+	var st clusterStatus
+	f.waitFor(name+": "+c.what, func() bool {
+		st = statusOf(f.clusters["default/"+name])
+		return c.ok(st)
+	})
+	return st
 }
 
 // settledStatus is a status with nothing to do for generation gen, whose
@@ -242,53 +293,17 @@ func settledStatus(gen int64, members ...string) clusterStatus {
 	return st
 }
 
-// createdExample starts an operator on a fake API server and waits until
-// it has created a 3-member cluster named example.
-func createdExample(t *testing.T) *fakeAPI {
-	t.Helper()
-	f := newFakeAPI(t)
-	f.putCluster("default", "example", size(3))
-	startOperator(t, f)
-	waitPhase(f, "example", phaseRunning)
-	return f
-}
-
-// idleExample is createdExample with an operator that has nothing left to
-// do: whatever it sends next is caused by what the test does. The operator
-// that created the cluster may still be in a pass when the status says
-// Running (for Pod events that crossed its own status writes), so it is
-// stopped once its Events are in, and a new one started over the settled
-// cluster, which sends nothing about it (TestRestartCreatesNothing).
-func idleExample(t *testing.T) (*fakeAPI, *operator) {
-	t.Helper()
-	f := newFakeAPI(t)
-	f.putCluster("default", "example", size(3))
-	op := startOperator(t, f)
-	waitPhase(f, "example", phaseRunning)
-	f.waitFor("the events of the creation", func() bool { return len(f.events) == 4 })
-	op.stop()
-	op = startOperator(t, f)
-	f.waitFor("the new operator to watch clusters and Pods", func() bool { return len(f.streams) == 1 && len(f.podStreams) == 1 })
-	return f, op
-}
-
-// settledExample creates example with the given spec changes applied in
-// turn, waits until the status reports the last one, and stops the
-// operator: the cluster is as a pass finds it.
-func settledExample(t *testing.T, specs []any, reported func(st clusterStatus) bool) *fakeAPI {
-	t.Helper()
-	f := newFakeAPI(t)
-	f.putCluster("default", "example", size(3))
-	op := startOperator(t, f)
-	waitStatus(f, "example", "Running", running(3))
-	for _, s := range specs {
-		f.putCluster("default", "example", s)
+// membersOf is the names of the members of example at size n.
+func membersOf(n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf("example-%d", i))
 	}
-	waitStatus(f, "example", "the change reported", reported)
-	op.stop()
-	return f
+	return out
 }
 
+// requestCount is the number of requests the fake has seen: a mark for
+// requestsSince.
 func (f *fakeAPI) requestCount() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -302,27 +317,26 @@ func (f *fakeAPI) requestsSince(n int) []request {
 	return slices.Clone(f.requests[n:])
 }
 
-// mentioning returns the requests whose path or body contain s.
-func mentioning(reqs []request, s string) []string {
+// about returns, as "METHOD path?query", the requests whose path, query or
+// body contain name ("": every request). An Event names its cluster in its
+// body; withoutEvents leaves Events out.
+func about(reqs []request, name string) []string {
 	var out []string
 	for _, r := range reqs {
-		if strings.Contains(r.Path, s) || strings.Contains(r.Body, s) {
-			out = append(out, r.Method+" "+r.Path)
+		q := r.Query.Encode()
+		if strings.Contains(r.Path, name) || strings.Contains(q, name) || strings.Contains(r.Body, name) {
+			out = append(out, strings.TrimSuffix(r.Method+" "+r.Path+"?"+q, "?"))
 		}
 	}
 	return out
 }
 
-// about returns the requests, Events excepted, whose path, query or body
-// name the cluster.
-func about(reqs []request, name string) []string {
-	var out []string
+// withoutEvents returns the requests other than Events posted.
+func withoutEvents(reqs []request) []request {
+	var out []request
 	for _, r := range reqs {
-		if strings.HasSuffix(r.Path, "/events") {
-			continue
-		}
-		if strings.Contains(r.Path, name) || strings.Contains(r.Query.Encode(), name) || strings.Contains(r.Body, `"`+name) {
-			out = append(out, r.Method+" "+r.Path)
+		if !strings.HasSuffix(r.Path, "/events") {
+			out = append(out, r)
 		}
 	}
 	return out

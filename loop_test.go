@@ -91,7 +91,7 @@ func TestControlLoop(t *testing.T) {
 			l.pod("ADDED", "fine", "fine-0", true)
 			l.pod("ADDED", "fine", "fine-1", false)
 			close(l.podsSynced)
-			f.waitFor("the pass the Pod list calls for", func() bool { return len(about(f.requests, "example")) == 1 })
+			f.waitFor("the pass the Pod list calls for", func() bool { return len(about(withoutEvents(f.requests), "example")) == 1 })
 		}},
 		{name: "events queued behind a pass of a cluster then deleted", want: map[string]int{"example": 1}, run: func(t *testing.T, f *fakeAPI, l *loop) {
 			release := make(chan struct{})
@@ -106,7 +106,7 @@ func TestControlLoop(t *testing.T) {
 			})
 			close(l.synced)
 			l.pod("MODIFIED", "example", "example-0", true) // a pass, which hangs
-			f.waitFor("the pass", func() bool { return len(about(f.requests, "example")) == 1 })
+			f.waitFor("the pass", func() bool { return len(about(withoutEvents(f.requests), "example")) == 1 })
 			l.cluster("MODIFIED", "example", 2, clusterStatus{}) // a new spec: queued behind it
 			l.cluster("DELETED", "example", 2, clusterStatus{})
 			close(release)
@@ -119,7 +119,7 @@ func TestControlLoop(t *testing.T) {
 			l.finish()
 			reqs := f.requestsSince(0)
 			for name, want := range tc.want {
-				got := about(reqs, name) // "": every request
+				got := about(withoutEvents(reqs), name) // "": every request
 				if len(got) != want {
 					t.Errorf("requests about %q: %v, want %d", name, got, want)
 				}
@@ -138,13 +138,11 @@ func TestNewClusterIsLookedAtOnce(t *testing.T) {
 	f.waitFor("the watch", func() bool { return len(f.streams) == 1 })
 	f.putCluster("default", "example", size(3))
 	f.putCluster("default", "marker", size(1)) // one worker: done after example
-	waitWaiting(f, "marker")
+	waitStatus(f, "marker", progressing("WaitingForMembers"))
 	got := map[string]int{}
-	for _, r := range f.requestsSince(0) {
-		about := strings.Contains(r.Path, "/example") || strings.HasSuffix(r.Query.Get("labelSelector"), "=example") || strings.Contains(r.Body, `"example-`)
-		if about && !strings.HasSuffix(r.Path, "/events") && r.Query.Get("watch") == "" {
-			got[r.Method]++
-		}
+	for _, r := range about(withoutEvents(f.requestsSince(0)), "example") {
+		method, _, _ := strings.Cut(r, " ")
+		got[method]++
 	}
 	want := map[string]int{"GET": 2, "POST": 7, "PATCH": 1}
 	if !maps.Equal(got, want) {
@@ -200,7 +198,7 @@ func TestModifiedAndDeleted(t *testing.T) {
 
 			tc.change(f, op)
 			f.putCluster("default", "marker", size(1))
-			waitPhase(f, "marker", phaseRunning)
+			waitStatus(f, "marker", inPhase(phaseRunning))
 
 			want := []string{"example-0", "example-1", "example-2", "marker-0"}
 			if strings.Contains(tc.name, "garbage") {
@@ -219,7 +217,7 @@ func TestModifiedAndDeleted(t *testing.T) {
 				t.Errorf("POSTed objects for example after the change: %v", posts)
 			}
 			if tc.wantReason == "" {
-				if reqs := mentioning(f.requestsSince(mark), "example"); len(reqs) > 0 {
+				if reqs := about(f.requestsSince(mark), "example"); len(reqs) > 0 {
 					t.Errorf("requests about example after the change: %v", reqs)
 				}
 				return
@@ -262,12 +260,12 @@ func TestLaggingWatchCausesNoRework(t *testing.T) {
 	startOperator(t, f)
 	f.waitFor("the watch", func() bool { return len(f.streams) == 1 })
 	f.putCluster("default", "example", size(3))
-	waitWaiting(f, "example")
+	waitStatus(f, "example", progressing("WaitingForMembers"))
 	f.waitFor("the events of the creation", func() bool { return len(f.events) == 4 })
 	mark := f.requestCount()
 	f.catchUp()
 	f.putCluster("default", "marker", size(1))
-	waitWaiting(f, "marker")
+	waitStatus(f, "marker", progressing("WaitingForMembers"))
 	// A cluster waiting for its members is looked at again every 2s; such
 	// a pass reads the cluster first and writes nothing. A pass for a
 	// stale event would start without reading it, and write its status.
@@ -300,10 +298,8 @@ func TestRestartCreatesNothing(t *testing.T) {
 		{name: "status lost", loseStatus: true, wantRequests: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeAPI(t)
-			f.putCluster("default", "example", size(3))
-			op := startOperator(t, f)
-			waitPhase(f, "example", phaseRunning)
+			f, op := startExample(t)
+			waitStatus(f, "example", inPhase(phaseRunning))
 			op.stop()
 			before := map[string]any{}
 			for _, r := range []string{"services", "pods"} {
@@ -321,12 +317,12 @@ func TestRestartCreatesNothing(t *testing.T) {
 			startOperator(t, f)
 			f.waitFor("the restarted operator to watch", func() bool { return len(f.streams) == 1 })
 			f.putCluster("default", "marker", size(1))
-			waitPhase(f, "marker", phaseRunning)
+			waitStatus(f, "marker", inPhase(phaseRunning))
 			if tc.loseStatus {
-				waitPhase(f, "example", phaseRunning)
+				waitStatus(f, "example", inPhase(phaseRunning))
 			}
 
-			reqs := mentioning(f.requestsSince(mark), "example")
+			reqs := about(f.requestsSince(mark), "example")
 			if !tc.wantRequests && len(reqs) > 0 {
 				t.Errorf("replay of a created cluster sent requests: %v", reqs)
 			}
@@ -353,25 +349,13 @@ func TestRestartOverWaitingClustersIsFree(t *testing.T) {
 	f.disableNode()
 	f.putCluster("default", "example", size(3))
 	op := startOperator(t, f)
-	waitStatus(f, "example", "waiting for its members", func(st clusterStatus) bool {
-		p, _ := st.condition(condProgressing)
-		return p.Reason == "WaitingForMembers"
-	})
+	waitStatus(f, "example", progressing("WaitingForMembers"))
 	op.stop()
 	mark := f.requestCount()
 	startOperator(t, f)
 	f.putCluster("default", "marker", size(1))
-	waitStatus(f, "marker", "waiting for its members", func(st clusterStatus) bool {
-		p, _ := st.condition(condProgressing)
-		return p.Reason == "WaitingForMembers"
-	})
-	var reqs []string
-	for _, r := range f.requestsSince(mark) {
-		if q := r.Path + "?" + r.Query.Encode(); strings.Contains(q, "example") {
-			reqs = append(reqs, r.Method+" "+q)
-		}
-	}
-	if len(reqs) > 0 {
+	waitStatus(f, "marker", progressing("WaitingForMembers"))
+	if reqs := about(withoutEvents(f.requestsSince(mark)), "example"); len(reqs) > 0 {
 		t.Errorf("the restart sent requests about a cluster that waits for its Pods: %v", reqs)
 	}
 }

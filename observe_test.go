@@ -63,7 +63,7 @@ func TestObserveRefused(t *testing.T) {
 			})
 			f.putCluster("default", "example", size(1))
 			startOperator(t, f)
-			st := statusOf(waitPhase(f, "example", phaseFailed))
+			st := waitStatus(f, "example", inPhase(phaseFailed))
 			if !strings.Contains(st.Message, "403 Forbidden") || !strings.Contains(st.Message, tc.want) {
 				t.Errorf("status.message = %q, want the 403 and %q", st.Message, tc.want)
 			}

@@ -109,13 +109,13 @@ func TestSlowClusterDoesNotBlockOthers(t *testing.T) {
 		f.putCluster("default", fmt.Sprintf("fast%d", i), size(1))
 	}
 	for i := range 5 {
-		waitPhase(f, fmt.Sprintf("fast%d", i), phaseRunning)
+		waitStatus(f, fmt.Sprintf("fast%d", i), inPhase(phaseRunning))
 	}
-	if phaseOf(f.cluster("default", "slow")) != "" {
+	if statusOf(f.cluster("default", "slow")).Phase != "" {
 		t.Error("slow finished while its requests hung")
 	}
 	close(release)
-	waitPhase(f, "slow", phaseRunning)
+	waitStatus(f, "slow", inPhase(phaseRunning))
 }
 
 // A failed cluster is retried after a delay of its own that doubles from
@@ -215,12 +215,12 @@ func TestRetryReadsTheClusterAgain(t *testing.T) {
 	})
 	f.putCluster("default", "example", size(1))
 	startOperator(t, f)
-	waitPhase(f, "example", phaseFailed)
+	waitStatus(f, "example", inPhase(phaseFailed))
 	mark := f.requestCount()
 	f.deleteCluster("default", "example")
-	f.waitFor("the retry", func() bool { return len(about(f.requests[mark:], "example")) > 0 })
+	f.waitFor("the retry", func() bool { return len(about(withoutEvents(f.requests[mark:]), "example")) > 0 })
 	want := []string{"GET /apis/coreos.com/v1/namespaces/default/etcdclusters/example"}
-	if got := about(f.requestsSince(mark), "example"); !slices.Equal(got, want) {
+	if got := about(withoutEvents(f.requestsSince(mark)), "example"); !slices.Equal(got, want) {
 		t.Errorf("the retry after the cluster was deleted sent %v, want only %v", got, want)
 	}
 }

@@ -23,7 +23,7 @@ func TestCreatesCluster(t *testing.T) {
 	ec := f.putCluster("default", "example", map[string]any{"size": 3, "version": "v3.6.16"})
 	uid := ec["metadata"].(map[string]any)["uid"].(string)
 	startOperator(t, f)
-	cluster := waitPhase(f, "example", phaseRunning)
+	st := waitStatus(f, "example", inPhase(phaseRunning))
 
 	if got, want := f.objectNames("services"), []string{"example-0", "example-1", "example-2", "example-client"}; !slices.Equal(got, want) {
 		t.Errorf("services = %v, want %v", got, want)
@@ -141,7 +141,6 @@ func TestCreatesCluster(t *testing.T) {
 		t.Errorf("client service selector = %v", sel)
 	}
 
-	st := statusOf(cluster)
 	var members []string
 	for _, m := range st.Members {
 		if m.Ready {
@@ -217,7 +216,7 @@ func TestCreateErrorIsReportedAndRetried(t *testing.T) {
 			f.putCluster("default", "example", size(1))
 			op := startOperator(t, f)
 
-			st := statusOf(waitPhase(f, "example", tc.wantPhase))
+			st := waitStatus(f, "example", inPhase(tc.wantPhase))
 			if want := fmt.Sprintf("%d %s: %s", tc.code, strings.ReplaceAll(http.StatusText(tc.code), " ", ""), tc.message); !strings.Contains(st.Message, want) {
 				t.Errorf("status.message = %q, want it to contain %q", st.Message, want)
 			}
@@ -235,8 +234,8 @@ func TestCreateErrorIsReportedAndRetried(t *testing.T) {
 			mu.Lock()
 			refuse = false
 			mu.Unlock()
-			waitPhase(f, "example", phaseRunning)
-			waitPhase(f, "other", phaseRunning)
+			waitStatus(f, "example", inPhase(phaseRunning))
+			waitStatus(f, "other", inPhase(phaseRunning))
 			if got := f.objectNames("pods"); !slices.Equal(got, []string{"example-0", "other-0"}) {
 				t.Errorf("pods = %v", got)
 			}
@@ -253,7 +252,7 @@ func TestNameTakenByAnotherObject(t *testing.T) {
 	f.mu.Unlock()
 	f.putCluster("default", "example", size(1))
 	startOperator(t, f)
-	st := statusOf(waitPhase(f, "example", phaseFailed))
+	st := waitStatus(f, "example", inPhase(phaseFailed))
 	if want := "create service/example-0: the name is taken by an object this EtcdCluster does not own"; !strings.Contains(st.Message, want) {
 		t.Errorf("status.message = %q, want %q", st.Message, want)
 	}
@@ -286,11 +285,11 @@ func TestInvalidSpecs(t *testing.T) {
 	}
 	f.putCluster("default", "valid", size(1))
 	op := startOperator(t, f)
-	waitPhase(f, "valid", phaseRunning)
+	waitStatus(f, "valid", inPhase(phaseRunning))
 
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			st := statusOf(waitPhase(f, tc.name, phaseFailed))
+			st := waitStatus(f, tc.name, inPhase(phaseFailed))
 			if !strings.Contains(st.Message, tc.want) {
 				t.Errorf("status.message = %q, want it to contain %q", st.Message, tc.want)
 			}
@@ -314,7 +313,7 @@ func TestInvalidSpecs(t *testing.T) {
 
 	// Fixing the spec is a new generation: the cluster is created then.
 	f.putCluster("default", "size-zero", size(1))
-	waitPhase(f, "size-zero", phaseRunning)
+	waitStatus(f, "size-zero", inPhase(phaseRunning))
 }
 
 // Objects of a deleted EtcdCluster may outlive it for a while (the garbage
@@ -326,19 +325,19 @@ func TestRecreatedClusterOfTheSameName(t *testing.T) {
 	f := newFakeAPI(t)
 	f.putCluster("default", "example", size(1))
 	op := startOperator(t, f)
-	old := statusOf(waitPhase(f, "example", phaseRunning))
+	old := waitStatus(f, "example", inPhase(phaseRunning))
 	oldUID := f.clusterUID("default", "example")
 	f.deleteCluster("default", "example")
 	op.waitLog("cluster deleted")
 	f.putCluster("default", "example", size(1))
 	newUID := f.clusterUID("default", "example")
 
-	st := statusOf(waitPhase(f, "example", phaseFailed))
+	st := waitStatus(f, "example", inPhase(phaseFailed))
 	if want := "create service/example-0: the name is taken by an object this EtcdCluster does not own"; !strings.Contains(st.Message, want) {
 		t.Errorf("status.message = %q, want %q", st.Message, want)
 	}
 	f.collectGarbage("default", oldUID)
-	st = waitStatus(f, "example", "Running anew", running(1))
+	st = waitStatus(f, "example", running(1))
 	if st.ClusterID == "" || st.ClusterID == old.ClusterID {
 		t.Errorf("cluster ID %q, want a new one (the old cluster's was %s)", st.ClusterID, old.ClusterID)
 	}
@@ -356,10 +355,8 @@ func TestRecreatedClusterOfTheSameName(t *testing.T) {
 // one Pod event, quorum loss is said plainly and changes nothing, and the
 // cluster recovers by itself when the members come back.
 func TestHealthIsReported(t *testing.T) {
-	f := newFakeAPI(t)
-	f.putCluster("default", "example", size(3))
-	startOperator(t, f)
-	st := waitStatus(f, "example", "Running 3/3", running(3))
+	f, _ := startExample(t)
+	st := waitStatus(f, "example", running(3))
 	if c, _ := st.condition(condAvailable); c.Status != "True" || st.ClusterID == "" || st.CurrentVersion != "3.6.16" {
 		t.Fatalf("status = %+v", st)
 	}
@@ -377,12 +374,12 @@ func TestHealthIsReported(t *testing.T) {
 	}
 
 	f.killMember("default", "example-2", true)
-	st = waitStatus(f, "example", "Degraded 2/3", func(st clusterStatus) bool { return st.Phase == phaseDegraded })
+	st = waitStatus(f, "example", inPhase(phaseDegraded))
 	if c, _ := st.condition(condAvailable); c.Status != "True" || st.Ready != "2/3" {
 		t.Errorf("one member down: status = %+v", st)
 	}
 	f.killMember("default", "example-1", true)
-	st = waitStatus(f, "example", "Unavailable", func(st clusterStatus) bool { return st.Phase == phaseUnavailable })
+	st = waitStatus(f, "example", inPhase(phaseUnavailable))
 	if c, _ := st.condition(condAvailable); c.Status != "False" || c.Reason != "QuorumLost" || !strings.Contains(st.Message, "quorum lost: 1 of 3 members answer, 2 needed") {
 		t.Errorf("two members down: status = %+v", st)
 	}
@@ -396,7 +393,7 @@ func TestHealthIsReported(t *testing.T) {
 	})
 	f.killMember("default", "example-1", false)
 	f.killMember("default", "example-2", false)
-	waitStatus(f, "example", "Running 3/3 again", running(3))
+	waitStatus(f, "example", running(3))
 	if log := f.membershipLog(); len(log) > 0 {
 		t.Errorf("membership changed while members crashed and came back: %v", log)
 	}
@@ -405,14 +402,12 @@ func TestHealthIsReported(t *testing.T) {
 // A deleted member Pod is replaced: removed from etcd, added again as a
 // learner under the same name, started with empty data, promoted.
 func TestDeletedMemberIsReplaced(t *testing.T) {
-	f := newFakeAPI(t)
-	f.putCluster("default", "example", size(3))
-	startOperator(t, f)
-	before := waitStatus(f, "example", "Running", running(3))
+	f, _ := startExample(t)
+	before := waitStatus(f, "example", running(3))
 	f.deletePod("default", "example-1")
-	st := waitStatus(f, "example", "Running after the replacement", func(st clusterStatus) bool {
-		return running(3)(st) && len(f.etcdLog) == 3
-	})
+	st := waitStatus(f, "example", statusCheck{"Running after the replacement", func(st clusterStatus) bool {
+		return running(3).ok(st) && len(f.etcdLog) == 3
+	}})
 	if want := []string{"remove example-1", "add example-1", "promote example-1"}; !slices.Equal(f.membershipLog(), want) {
 		t.Errorf("membership changes = %v, want %v", f.membershipLog(), want)
 	}
@@ -433,16 +428,14 @@ func TestDeletedMemberIsReplaced(t *testing.T) {
 
 // 3 -> 5 -> 3 -> 1 -> 3, one member at a time, learners first.
 func TestResize(t *testing.T) {
-	f := newFakeAPI(t)
-	f.putCluster("default", "example", size(3))
-	startOperator(t, f)
-	waitStatus(f, "example", "Running", running(3))
+	f, _ := startExample(t)
+	waitStatus(f, "example", running(3))
 	id := statusOf(f.cluster("default", "example")).ClusterID
 	for _, n := range []int{5, 3, 1, 3} {
 		f.putCluster("default", "example", size(n))
-		st := waitStatus(f, "example", fmt.Sprintf("Running at size %d", n), func(st clusterStatus) bool {
-			return running(n)(st) && len(st.Members) == n
-		})
+		st := waitStatus(f, "example", statusCheck{fmt.Sprintf("Running at size %d", n), func(st clusterStatus) bool {
+			return running(n).ok(st) && len(st.Members) == n
+		}})
 		if got := f.etcdMembers("default", "example"); !slices.Equal(got, membersOf(n)) {
 			t.Errorf("size %d: etcd members = %v", n, got)
 		}
@@ -470,20 +463,15 @@ func TestResize(t *testing.T) {
 // A size changed back while a learner has not caught up ends at the new
 // size without promoting it.
 func TestResizeChangedMidway(t *testing.T) {
-	f := newFakeAPI(t)
-	f.putCluster("default", "example", size(3))
-	startOperator(t, f)
-	waitStatus(f, "example", "Running", running(3))
+	f, _ := startExample(t)
+	waitStatus(f, "example", running(3))
 	f.mu.Lock()
 	f.lagLearners = true
 	f.mu.Unlock()
 	f.putCluster("default", "example", size(5))
-	waitStatus(f, "example", "promoting a learner", func(st clusterStatus) bool {
-		p, _ := st.condition(condProgressing)
-		return p.Reason == "PromotingLearner"
-	})
+	waitStatus(f, "example", progressing("PromotingLearner"))
 	f.putCluster("default", "example", size(3))
-	waitStatus(f, "example", "Running at 3", func(st clusterStatus) bool { return running(3)(st) && st.ObservedGeneration == 3 })
+	waitStatus(f, "example", statusCheck{"Running at 3", func(st clusterStatus) bool { return running(3).ok(st) && st.ObservedGeneration == 3 }})
 	if want := []string{"add example-3", "remove example-3"}; !slices.Equal(f.membershipLog(), want) {
 		t.Errorf("membership changes = %v, want %v", f.membershipLog(), want)
 	}
@@ -496,10 +484,8 @@ func TestResizeChangedMidway(t *testing.T) {
 // the kubelet cannot pull stops after one member, and setting the version
 // back repairs it.
 func TestRollingUpgrade(t *testing.T) {
-	f := newFakeAPI(t)
-	f.putCluster("default", "example", size(3))
-	startOperator(t, f)
-	st := waitStatus(f, "example", "Running", running(3))
+	f, _ := startExample(t)
+	st := waitStatus(f, "example", running(3))
 	leader := ""
 	for _, m := range st.Members {
 		if m.Leader {
@@ -508,7 +494,7 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 	mark := f.requestCount()
 	f.putCluster("default", "example", map[string]any{"size": 3, "version": "v3.7.3"})
-	st = waitStatus(f, "example", "Running 3.7.3", func(st clusterStatus) bool { return running(3)(st) && st.CurrentVersion == "3.7.3" })
+	st = waitStatus(f, "example", statusCheck{"Running 3.7.3", func(st clusterStatus) bool { return running(3).ok(st) && st.CurrentVersion == "3.7.3" }})
 	var order []string
 	for _, r := range f.requestsSince(mark) {
 		if r.Method == "PATCH" && strings.Contains(r.Path, "/pods/") {
@@ -524,10 +510,7 @@ func TestRollingUpgrade(t *testing.T) {
 
 	mark = f.requestCount()
 	f.putCluster("default", "example", map[string]any{"size": 3, "version": "v3.7.99"})
-	st = waitStatus(f, "example", "stalled", func(st clusterStatus) bool {
-		p, _ := st.condition(condProgressing)
-		return p.Reason == "UpgradeStalled"
-	})
+	st = waitStatus(f, "example", progressing("UpgradeStalled"))
 	if !strings.Contains(st.Message, "ImagePullBackOff") || st.Phase != phaseDegraded {
 		t.Errorf("stalled upgrade: status = %+v", st)
 	}
@@ -544,7 +527,7 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Errorf("%d members patched to an image that cannot be pulled, want 1", patched)
 	}
 	f.putCluster("default", "example", map[string]any{"size": 3, "version": "v3.7.3"})
-	waitStatus(f, "example", "Running after the revert", func(st clusterStatus) bool { return running(3)(st) && st.ObservedGeneration == 4 })
+	waitStatus(f, "example", statusCheck{"Running after the revert", func(st clusterStatus) bool { return running(3).ok(st) && st.ObservedGeneration == 4 }})
 }
 
 // A cluster whose Pods are not running costs nothing while it waits: the
@@ -586,10 +569,8 @@ func TestCrashAtEveryStep(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for k := 1; ; k++ {
-				f := newFakeAPI(t)
-				f.putCluster("default", "example", size(3))
-				op := startOperator(t, f)
-				waitStatus(f, "example", "Running", running(3))
+				f, op := startExample(t)
+				waitStatus(f, "example", running(3))
 				var mu sync.Mutex
 				writes, hung := 0, make(chan struct{})
 				f.setFault(func(r request) (int, string, string) {
@@ -622,7 +603,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 					default:
 					}
 					return slices.Contains(f.etcdLog, "promote example-"+fmt.Sprint(tc.size-2)) &&
-						running(tc.size)(statusOf(f.clusters["default/example"])) && len(f.etcds["default/example"].Members) == tc.size &&
+						running(tc.size).ok(statusOf(f.clusters["default/example"])) && len(f.etcds["default/example"].Members) == tc.size &&
 						!slices.ContainsFunc(f.etcds["default/example"].Members, func(m *fakeMember) bool { return m.Learner })
 				})
 				op.stop()
@@ -635,9 +616,9 @@ func TestCrashAtEveryStep(t *testing.T) {
 				}
 				f.setFault(nil)
 				startOperator(t, f)
-				waitStatus(f, "example", "Running after the crash", func(st clusterStatus) bool {
-					return running(tc.size)(st) && len(st.Members) == tc.size && slices.Contains(f.etcdLog, "promote example-"+fmt.Sprint(tc.size-2))
-				})
+				waitStatus(f, "example", statusCheck{"Running after the crash", func(st clusterStatus) bool {
+					return running(tc.size).ok(st) && len(st.Members) == tc.size && slices.Contains(f.etcdLog, "promote example-"+fmt.Sprint(tc.size-2))
+				}})
 				if got := f.etcdMembers("default", "example"); !slices.Equal(got, membersOf(tc.size)) {
 					t.Fatalf("cut at write %d: etcd members = %v", k, got)
 				}
@@ -664,21 +645,21 @@ func TestCrashAtEveryStep(t *testing.T) {
 // writes nothing and records no Event: a healthy cluster, an invalid spec
 // already reported, a refused version already reported.
 func TestPassWritesOnlyNews(t *testing.T) {
-	progressing := func(reason string) func(st clusterStatus) bool {
-		return func(st clusterStatus) bool {
-			p, _ := st.condition(condProgressing)
-			return st.ObservedGeneration == 2 && p.Reason == reason
-		}
+	// The change (generation 2) reported with the reason.
+	reported := func(reason string) statusCheck {
+		return statusCheck{"generation 2 reported: " + reason, func(st clusterStatus) bool {
+			return st.ObservedGeneration == 2 && progressing(reason).ok(st)
+		}}
 	}
 	for _, tc := range []struct {
 		name     string
 		specs    []any
-		reported func(st clusterStatus) bool
+		reported statusCheck
 		foreign  bool
 	}{
 		{name: "healthy", reported: running(3)},
-		{name: "invalid spec", specs: []any{size(9)}, reported: progressing("InvalidSpec")},
-		{name: "refused version", specs: []any{map[string]any{"size": 3, "version": "v3.8.0"}}, reported: progressing("VersionRefused")},
+		{name: "invalid spec", specs: []any{size(9)}, reported: reported("InvalidSpec")},
+		{name: "refused version", specs: []any{map[string]any{"size": 3, "version": "v3.8.0"}}, reported: reported("VersionRefused")},
 		{name: "a Pod and a Service of another cluster of the same name", reported: running(3), foreign: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

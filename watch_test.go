@@ -28,7 +28,7 @@ func TestListPages(t *testing.T) {
 	listRV := fmt.Sprint(f.rv)
 	startOperator(t, f, "-page-size", "2", "-workers", "4")
 	for i := range 5 {
-		waitPhase(f, fmt.Sprintf("c%d", i), phaseRunning)
+		waitStatus(f, fmt.Sprintf("c%d", i), inPhase(phaseRunning))
 	}
 	var pages, watchRV []string
 	for _, r := range f.requestsSince(0) {
@@ -56,7 +56,7 @@ func TestAllNamespaces(t *testing.T) {
 	f.putCluster("team-b", "db", size(1))
 	startOperator(t, f, "-namespace", "")
 	for _, ns := range []string{"team-a", "team-b"} {
-		f.waitFor(ns+"/db Created", func() bool { return phaseOf(f.clusters[ns+"/db"]) == phaseRunning })
+		f.waitFor(ns+"/db Created", func() bool { return statusOf(f.clusters[ns+"/db"]).Phase == phaseRunning })
 		if f.object("pods", ns, "db-0") == nil || f.object("services", ns, "db-client") == nil {
 			t.Errorf("no objects for %s/db in %s", ns, ns)
 		}
@@ -155,7 +155,8 @@ func TestWatchResumes(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := createdExample(t)
+			f, _ := startExample(t)
+			waitStatus(f, "example", inPhase(phaseRunning))
 			f.waitFor("the watch", func() bool { return len(f.streams) == 1 })
 			f.mu.Lock()
 			lastRV := f.history[len(f.history)-1].Object
@@ -169,7 +170,7 @@ func TestWatchResumes(t *testing.T) {
 				return f.countLocked("GET", "/apis/coreos.com/v1/namespaces/default/etcdclusters") > watches && len(f.streams) == 1
 			})
 			f.putCluster("default", "after", size(1))
-			waitPhase(f, "after", phaseRunning)
+			waitStatus(f, "after", inPhase(phaseRunning))
 
 			var lists, rewatch []string
 			for _, r := range f.requestsSince(0) {
@@ -259,7 +260,7 @@ func TestStalledWatchIsReplaced(t *testing.T) {
 				t.Error("no log line says the watch stalled")
 			}
 			f.putCluster("default", "example", size(1))
-			waitPhase(f, "example", phaseRunning)
+			waitStatus(f, "example", inPhase(phaseRunning))
 		})
 	}
 }
