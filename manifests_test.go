@@ -1,12 +1,109 @@
 // Tests of what an EtcdCluster becomes: the bounds of its spec, the names of
-// its objects, and the token its members share.
+// its objects, the token its members share, and the objects themselves,
+// compared with golden files in testdata/manifests that show a reader
+// exactly what the API server receives. After a deliberate change to the
+// manifests, `go test -run TestManifests -update` rewrites the files, and
+// the diff of the commit shows the change as it reaches Kubernetes.
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"flag"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/manifests with the manifests as built now")
+
+// goldenCluster is the EtcdCluster of the golden files. Its uid is the one
+// the fake API server gives the first cluster it holds, so that the files
+// are what the operator sends in TestCreatesCluster.
+func goldenCluster() *EtcdCluster {
+	return &EtcdCluster{
+		Metadata: objectMeta{Name: "example", Namespace: "default", UID: "00000001-aaaa-bbbb-cccc-000000000001", Generation: 1},
+		Spec:     json.RawMessage(`{"size":3,"version":"v3.6.16"}`),
+	}
+}
+
+// manifests builds the objects of ec, by the name of their golden file: a
+// member Pod of a new cluster, a member joining a running cluster (its
+// --initial-cluster as etcd lists the members once it is added), a member
+// Service and the client Service. It is the one place where the tests
+// build manifests.
+func manifests(t *testing.T, ec *EtcdCluster) map[string][]byte {
+	t.Helper()
+	spec, err := parseSpec(ec.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newClusterPlan(ec, spec, repo)
+	return map[string][]byte{
+		"member-pod.json":     p.memberPod(p.Members[0]),
+		"joining-pod.json":    p.joiningPod(p.Members[1], p.initialCluster()),
+		"member-service.json": p.memberService(p.Members[0]),
+		"client-service.json": p.clientService(),
+	}
+}
+
+// The manifests are as the golden files say, byte for byte once indented.
+func TestManifests(t *testing.T) {
+	dir := filepath.Join("testdata", "manifests")
+	built := manifests(t, goldenCluster())
+	for _, name := range slices.Sorted(maps.Keys(built)) {
+		t.Run(name, func(t *testing.T) {
+			var got bytes.Buffer
+			if err := json.Indent(&got, built[name], "", "  "); err != nil {
+				t.Fatalf("not JSON: %v\n%s", err, built[name])
+			}
+			got.WriteByte('\n')
+			file := filepath.Join(dir, name)
+			if *update {
+				if err := os.WriteFile(file, got.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatalf("%v (go test -run TestManifests -update writes it)", err)
+			}
+			if line, g, w := firstDifference(got.String(), string(want)); line > 0 {
+				t.Errorf("%s differs from %s at line %d:\n got: %s\nwant: %s\n(go test -run TestManifests -update rewrites it)", name, file, line, g, w)
+			}
+		})
+	}
+	// A golden file of an object no longer built would mislead a reader.
+	files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	for _, file := range files {
+		if built[filepath.Base(file)] == nil {
+			t.Errorf("%s shows no manifest the operator builds", file)
+		}
+	}
+}
+
+// firstDifference returns the first line (from 1) where a and b differ, and
+// that line of each; 0 when they are equal.
+func firstDifference(a, b string) (int, string, string) {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := range max(len(al), len(bl)) {
+		var x, y string
+		if i < len(al) {
+			x = al[i]
+		}
+		if i < len(bl) {
+			y = bl[i]
+		}
+		if x != y || i >= len(al) || i >= len(bl) {
+			return i + 1, x, y
+		}
+	}
+	return 0, "", ""
+}
 
 // parseSpec accepts exactly the sizes 1 to 7, whole numbers, and a version
 // that is an image tag (the default when none is given).
@@ -72,15 +169,31 @@ func TestBaseName(t *testing.T) {
 }
 
 func TestTokenIsStablePerUID(t *testing.T) {
-	plan := func(uid string) clusterPlan {
-		ec := &EtcdCluster{Metadata: objectMeta{Name: "example", Namespace: "default", UID: uid}}
-		return newClusterPlan(ec, clusterSpec{Size: 3, Version: defaultVersion}, "img")
+	// token is the --initial-cluster-token of a member of the cluster
+	// named example with the uid.
+	token := func(uid string) string {
+		t.Helper()
+		ec := goldenCluster()
+		ec.Metadata.UID = uid
+		var pod struct {
+			Spec struct{ Containers []struct{ Command []string } }
+		}
+		if err := json.Unmarshal(manifests(t, ec)["member-pod.json"], &pod); err != nil || len(pod.Spec.Containers) != 1 {
+			t.Fatalf("member Pod: %v, %+v", err, pod)
+		}
+		for _, arg := range pod.Spec.Containers[0].Command {
+			if v, ok := strings.CutPrefix(arg, "--initial-cluster-token="); ok {
+				return v
+			}
+		}
+		t.Fatal("no --initial-cluster-token in the member Pod's command")
+		return ""
 	}
-	a, b := plan("uid-1"), plan("uid-2")
-	if a.Token != plan("uid-1").Token {
+	a, b := token("uid-1"), token("uid-2")
+	if a != token("uid-1") {
 		t.Error("the token of one cluster changes between calls")
 	}
-	if a.Token == b.Token {
+	if a == b {
 		t.Error("two clusters (different uids) share a token")
 	}
 }
