@@ -3,7 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -164,5 +166,57 @@ func TestQueueShutdown(t *testing.T) {
 	go func() { _, ok := q.get(); got <- ok }()
 	if <-got {
 		t.Error("get returned an item added after shutdown")
+	}
+}
+
+// A cluster whose requests hang does not hold up the others: the workers
+// are a pool, not a line.
+func TestSlowClusterDoesNotBlockOthers(t *testing.T) {
+	f := newFakeAPI(t)
+	release := make(chan struct{})
+	f.fault = func(r request) (int, string, string) {
+		if r.Method == "POST" && strings.Contains(r.Body, `"name":"slow-0"`) {
+			select {
+			case <-release:
+			case <-r.Ctx.Done():
+			}
+		}
+		return 0, "", ""
+	}
+	f.putCluster("default", "slow", size(1))
+	startOperator(t, f, "-workers", "4")
+	f.waitFor("slow's first POST", func() bool { return f.countLocked("POST", "/api/v1/namespaces/default/services") == 1 })
+	for i := range 5 {
+		f.putCluster("default", fmt.Sprintf("fast%d", i), size(1))
+	}
+	for i := range 5 {
+		waitStatus(f, fmt.Sprintf("fast%d", i), inPhase(phaseRunning))
+	}
+	if statusOf(f.cluster("default", "slow")).Phase != "" {
+		t.Error("slow finished while its requests hung")
+	}
+	close(release)
+	waitStatus(f, "slow", inPhase(phaseRunning))
+}
+
+// A retry acts on the cluster as it is, not as it was when it failed: one
+// deleted while its retry waits is read again, found gone, and left alone.
+func TestRetryReadsTheClusterAgain(t *testing.T) {
+	f := newFakeAPI(t)
+	f.setFault(func(r request) (int, string, string) {
+		if r.Method == "POST" && strings.HasSuffix(r.Path, "/pods") {
+			return http.StatusForbidden, "", "pods is forbidden"
+		}
+		return 0, "", ""
+	})
+	f.putCluster("default", "example", size(1))
+	startOperator(t, f)
+	waitStatus(f, "example", inPhase(phaseFailed))
+	mark := f.requestCount()
+	f.deleteCluster("default", "example")
+	f.waitFor("the retry", func() bool { return len(about(withoutEvents(f.requests[mark:]), "example")) > 0 })
+	want := []string{"GET /apis/coreos.com/v1/namespaces/default/etcdclusters/example"}
+	if got := about(withoutEvents(f.requestsSince(mark)), "example"); !slices.Equal(got, want) {
+		t.Errorf("the retry after the cluster was deleted sent %v, want only %v", got, want)
 	}
 }

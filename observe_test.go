@@ -1,0 +1,72 @@
+// Tests of observing a cluster: what the Pod watcher keeps of a member Pod,
+// and a cluster the API server does not let the operator look at.
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// What the Pod watcher keeps of a Pod: its cluster (from its controlling
+// EtcdCluster ownerReference) and whether it is Ready; a Pod being deleted
+// is not.
+func TestDecodePodEvent(t *testing.T) {
+	owner := `"ownerReferences":[{"apiVersion":"coreos.com/v1","kind":"EtcdCluster","name":"example","uid":"u","controller":true}]`
+	for _, tc := range []struct {
+		name, raw string
+		want      podEvent
+	}{
+		{name: "ready", raw: `{"metadata":{"name":"example-0","namespace":"ns",` + owner + `},"status":{"conditions":[{"type":"Ready","status":"True"}]}}`,
+			want: podEvent{Namespace: "ns", Name: "example-0", Cluster: "example", Ready: true}},
+		{name: "not ready", raw: `{"metadata":{"name":"example-0","namespace":"ns",` + owner + `},"status":{"conditions":[{"type":"Ready","status":"False"}]}}`,
+			want: podEvent{Namespace: "ns", Name: "example-0", Cluster: "example"}},
+		{name: "no conditions yet", raw: `{"metadata":{"name":"example-0","namespace":"ns",` + owner + `}}`,
+			want: podEvent{Namespace: "ns", Name: "example-0", Cluster: "example"}},
+		{name: "ready, being deleted", raw: `{"metadata":{"name":"example-0","namespace":"ns","deletionTimestamp":"2026-01-01T00:00:00Z",` + owner + `},"status":{"conditions":[{"type":"Ready","status":"True"}]}}`,
+			want: podEvent{Namespace: "ns", Name: "example-0", Cluster: "example"}},
+		{name: "owned by something else", raw: `{"metadata":{"name":"x","namespace":"ns","ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"example","uid":"u","controller":true}]},"status":{"conditions":[{"type":"Ready","status":"True"}]}}`,
+			want: podEvent{Namespace: "ns", Name: "x", Ready: true}},
+		{name: "not the controller", raw: `{"metadata":{"name":"x","namespace":"ns","ownerReferences":[{"apiVersion":"coreos.com/v1","kind":"EtcdCluster","name":"example","uid":"u"}]}}`,
+			want: podEvent{Namespace: "ns", Name: "x"}},
+	} {
+		got, _, err := decodePodEvent(json.RawMessage(tc.raw))
+		if err != nil || got != tc.want {
+			t.Errorf("%s: decodePodEvent = %+v, %v; want %+v", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+// The API server refusing the operator what it needs to look at a cluster
+// (its Pods, or etcd through the Pods' proxy) is for someone to fix: the
+// cluster is Failed with the server's words, not left waiting in silence.
+func TestObserveRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		refused func(r request) bool
+		want    string
+	}{
+		{name: "pods/proxy", want: `cannot create resource "pods/proxy"`,
+			refused: func(r request) bool { return strings.HasSuffix(r.Path, "/proxy/v3/maintenance/status") }},
+		{name: "list a cluster's pods", want: `cannot list resource "pods"`, refused: func(r request) bool {
+			return r.Method == "GET" && r.Path == "/api/v1/namespaces/default/pods" && r.Query.Get("labelSelector") == labelCluster+"=example"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeAPI(t)
+			f.setFault(func(r request) (int, string, string) {
+				if tc.refused(r) {
+					return http.StatusForbidden, "", `User "system:serviceaccount:ops:etcd-operator" ` + tc.want
+				}
+				return 0, "", ""
+			})
+			f.putCluster("default", "example", size(1))
+			startOperator(t, f)
+			st := waitStatus(f, "example", inPhase(phaseFailed))
+			if !strings.Contains(st.Message, "403 Forbidden") || !strings.Contains(st.Message, tc.want) {
+				t.Errorf("status.message = %q, want the 403 and %q", st.Message, tc.want)
+			}
+		})
+	}
+}
