@@ -81,7 +81,7 @@ func (r *BenchReport) Missed() []string {
 	return out
 }
 
-// Table prints the report as the README shows it.
+// Table prints the report as markdown tables, as e2e/README.md shows them.
 func (r *BenchReport) Table(w io.Writer) {
 	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
 	x := func(a, b time.Duration) string { return fmt.Sprintf("%.2f×", float64(a)/float64(b)) }
