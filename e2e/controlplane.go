@@ -1,5 +1,13 @@
 package e2e
 
+// A Kubernetes control plane made of the real programs, on loopback: etcd,
+// kube-apiserver, kube-controller-manager and kubectl proxy, with the CRD
+// of examples/crd.yaml applied. Each runs as a child process with its log
+// in Dir and dies with the test process. The idea it shows: an operator is
+// only a client of the API server, so the honest test gives it the real
+// one; schema validation, garbage collection, watch bookmarks and 410s are
+// then Kubernetes' own, not a fake's.
+
 import (
 	"bytes"
 	"context"
@@ -40,8 +48,6 @@ type ControlPlane struct {
 	ProxyURL     string // kubectl proxy: what the operator talks to
 	Kubeconfig   string
 	CAFile       string // signs the API server's serving certificate
-	// OperatorOutput, when set, gets a copy of the operator's log.
-	OperatorOutput io.Writer
 
 	out       io.Writer
 	apiPort   int
@@ -51,6 +57,10 @@ type ControlPlane struct {
 	procs     map[string]*Process
 	node      *Node
 	probes    int
+	// The operator's binary, built once by BuildOperator.
+	buildOperator sync.Once
+	operator      string
+	operatorErr   error
 }
 
 // Process is one child process with its log file.
@@ -475,6 +485,11 @@ func (cp *ControlPlane) start(name, bin string, args ...string) (*Process, error
 
 // StartProcess is start with extra environment variables.
 func (cp *ControlPlane) StartProcess(name string, env []string, bin string, args ...string) (*Process, error) {
+	return cp.startTee(name, env, nil, bin, args...)
+}
+
+// startTee is StartProcess that also copies the output to tee, when set.
+func (cp *ControlPlane) startTee(name string, env []string, tee io.Writer, bin string, args ...string) (*Process, error) {
 	p := &Process{Name: name, LogPath: cp.LogPath(name), done: make(chan struct{})}
 	logFile, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -484,8 +499,8 @@ func (cp *ControlPlane) StartProcess(name string, env []string, bin string, args
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	var w io.Writer = logFile
-	if cp.OperatorOutput != nil && name == "etcd-operator" {
-		w = io.MultiWriter(logFile, cp.OperatorOutput)
+	if tee != nil {
+		w = io.MultiWriter(logFile, tee)
 	}
 	p.cmd.Stdout, p.cmd.Stderr = w, w
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
@@ -621,29 +636,6 @@ func (cp *ControlPlane) Kubectl(stdin string, args ...string) (string, error) {
 		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, out)
 	}
 	return string(out), nil
-}
-
-// BuildOperator builds the operator as the README says: one static binary.
-func BuildOperator(dir string) (string, error) {
-	root, err := RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "etcd-operator")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, ".")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build operator: %v\n%s", err, out)
-	}
-	return bin, nil
-}
-
-// StartOperator runs the operator against kubectl proxy, as the README's
-// quick start does, with any extra flags. Its output also goes to
-// cp.OperatorOutput when that is set.
-func (cp *ControlPlane) StartOperator(bin string, extra ...string) (*Process, error) {
-	return cp.StartProcess("etcd-operator", nil, bin, append([]string{"-master=" + cp.ProxyURL}, extra...)...)
 }
 
 // DumpLogs writes the last lines of every log in Dir.

@@ -1,5 +1,14 @@
 package e2e
 
+// The shared fixture and the tests of the operator's contract with the
+// real API server. TestMain starts one control plane (CRD applied,
+// kubectl proxy, as the README's quick start has it) and, as root, the
+// node; each test works in a namespace of its own with an operator of its
+// own (startOperator), so the tests stand alone and in any order. The
+// tests here: the quick start, the CRD's schema, long names, many
+// clusters, deletion by the garbage collector, restarts of the operator
+// and of the API server, the 410 relist, and a small benchmark run.
+
 import (
 	"encoding/base64"
 	"flag"
@@ -13,14 +22,10 @@ import (
 	"time"
 )
 
-// The tests share one control plane (CRD applied, kubectl proxy, as the
-// README's quick start has it) and, as root, the node. Each test works in a
-// namespace of its own with an operator of its own (withOperator), so the
-// tests stand alone and in any order.
+// What every test shares.
 var (
-	cp          *ControlPlane
-	operatorBin string
-	node        *Node // nil when not root
+	cp   *ControlPlane
+	node *Node // nil when not root
 )
 
 func TestMain(m *testing.M) {
@@ -38,14 +43,14 @@ func runTests(m *testing.M) int {
 	defer cp.Stop()
 	fmt.Printf("e2e: control plane ready in %s, builds included (API server %s, kubectl proxy %s)\n", time.Since(start).Round(time.Millisecond), cp.APIServerURL, cp.ProxyURL)
 	code := func() int {
-		if operatorBin, err = BuildOperator(cp.Dir); err != nil {
+		if _, err = cp.BuildOperator(); err != nil {
 			fmt.Println("e2e:", err)
 			return 1
 		}
 		// The real node, for the tests that run Pods; it needs root
 		// (.ci/run fails when it is not root, so CI never skips them).
 		if os.Geteuid() == 0 {
-			if node, err = cp.StartNode(operatorBin); err != nil {
+			if node, err = cp.StartNode(); err != nil {
 				fmt.Println("e2e: start the node:", err)
 				return 1
 			}
@@ -135,6 +140,7 @@ func memberNames(ec object) []string {
 	return out
 }
 
+// apply is kubectl apply of yaml (an EtcdCluster is made with applyCluster).
 func apply(t *testing.T, yaml string) {
 	t.Helper()
 	if _, err := cp.Kubectl(yaml, "apply", "-f", "-"); err != nil {
@@ -142,9 +148,43 @@ func apply(t *testing.T, yaml string) {
 	}
 }
 
-func clusterYAML(name string, size int) string {
-	return fmt.Sprintf("apiVersion: coreos.com/v1\nkind: EtcdCluster\nmetadata:\n  name: %s\nspec:\n  size: %d\n---\n", name, size)
+// applyCluster makes the EtcdCluster c, or sets its size and version (see
+// ControlPlane.ApplyCluster), and returns its uid.
+func applyCluster(t *testing.T, c Cluster) string {
+	t.Helper()
+	uid, err := cp.ApplyCluster(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uid
 }
+
+// applyExample is the README's quick start: kubectl apply of
+// examples/etcd-cluster.yaml as it is, into ns.
+func applyExample(t *testing.T, ns string) {
+	t.Helper()
+	if _, err := cp.Kubectl("", "apply", "-n", ns, "-f", examplePath("etcd-cluster.yaml")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startOperator starts an operator of the test's own for ns (see
+// ControlPlane.StartOperator) with debug logs, sending its requests to
+// master ("" for kubectl proxy; a counting proxy's URL to count them), and
+// stops it when the test ends.
+func startOperator(t *testing.T, ns, master string) *Process {
+	t.Helper()
+	name := operatorName(ns)
+	p, err := cp.StartOperator(OperatorOptions{Name: name, Master: master, Namespace: ns, Flags: []string{"-log-level=debug"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cp.StopProcess(name, 10*time.Second) })
+	return p
+}
+
+// operatorName names the process (and log) of ns's operator.
+func operatorName(ns string) string { return "etcd-operator-" + ns }
 
 func processLog(t *testing.T, name string, from int) string {
 	t.Helper()
@@ -158,9 +198,7 @@ func processLog(t *testing.T, name string, from int) string {
 // 1. The README's quick start: the objects exist as the server stored them.
 func TestQuickStart(t *testing.T) {
 	ns := withOperator(t, "quickstart").ns
-	if _, err := cp.Kubectl("", "apply", "-n", ns, "-f", examplePath("etcd-cluster.yaml")); err != nil {
-		t.Fatal(err)
-	}
+	applyExample(t, ns)
 	ec := waitCreated(t, ns, "example", 60*time.Second)
 	if got := memberNames(ec); !slices.Equal(got, []string{"example-0", "example-1", "example-2"}) {
 		t.Errorf("status.members = %v", ec.status()["members"])
@@ -251,7 +289,7 @@ func TestSchemaRejectsInvalidClusters(t *testing.T) {
 			}
 		})
 	}
-	apply(t, nsClusterYAML(iso.ns, "schema-marker", 1))
+	applyCluster(t, Cluster{Namespace: iso.ns, Name: "schema-marker", Size: 1})
 	waitCreated(t, iso.ns, "schema-marker", 60*time.Second)
 	select {
 	case <-iso.proc.Done():
@@ -268,7 +306,7 @@ func TestLongAndDottedNames(t *testing.T) {
 	long := strings.Repeat("a", 60) + "." + strings.Repeat("b", 60) + "." + strings.Repeat("c", 60) + "." + strings.Repeat("d", 60) + ".e"
 	for _, name := range []string{"my.cluster.v2", strings.Repeat("x", 57), long, "3-node"} {
 		t.Run(name[:min(len(name), 20)], func(t *testing.T) {
-			apply(t, nsClusterYAML(ns, name, 3))
+			applyCluster(t, Cluster{Namespace: ns, Name: name, Size: 3})
 			ec := waitCreated(t, ns, name, 60*time.Second)
 			members := memberNames(ec)
 			if len(members) != 3 {
@@ -308,12 +346,14 @@ func TestLongAndDottedNames(t *testing.T) {
 // 7. Fifty clusters applied at once all end complete, with no duplicates.
 func TestManyClusters(t *testing.T) {
 	ns := withOperator(t, "many").ns
-	var yaml strings.Builder
-	for i := range 50 {
-		yaml.WriteString(nsClusterYAML(ns, fmt.Sprintf("many-%02d", i), 3))
-	}
 	start := time.Now()
-	apply(t, yaml.String())
+	err := parallel(workers, 50, func(i int) error {
+		_, err := cp.ApplyCluster(Cluster{Namespace: ns, Name: fmt.Sprintf("many-%02d", i), Size: 3})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range 50 {
 		waitCreated(t, ns, fmt.Sprintf("many-%02d", i), 3*time.Minute)
 	}
@@ -339,7 +379,7 @@ func TestManyClusters(t *testing.T) {
 // Pod and Service, through the ownerReferences.
 func TestDeleteCluster(t *testing.T) {
 	ns := withOperator(t, "delete").ns
-	apply(t, nsClusterYAML(ns, "doomed", 3))
+	applyCluster(t, Cluster{Namespace: ns, Name: "doomed", Size: 3})
 	waitCreated(t, ns, "doomed", 60*time.Second)
 	if n := len(uidsIn(t, ns, "doomed")); n != 7 {
 		t.Fatalf("doomed has %d objects before deletion, want 7", n)
@@ -379,7 +419,7 @@ func regexpMatch(pattern, s string) bool { return regexp.MustCompile(pattern).Ma
 // A small run of the benchmark (go run ./cmd/bench is the full one). Its
 // timings are only printed; what it counts is checked.
 func TestBenchmarkSmoke(t *testing.T) {
-	r, err := RunBenchmark(cp, BenchOptions{Rounds: 2, Clusters: 10, Singles: 2, RSSClusters: 50, Window: 10 * time.Second, OperatorBin: operatorBin, Out: os.Stdout})
+	r, err := RunBenchmark(cp, BenchOptions{Rounds: 2, Clusters: 10, Singles: 2, RSSClusters: 50, Window: 10 * time.Second, Out: os.Stdout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +479,7 @@ type isolated struct {
 func newIsolated(t *testing.T, ns string) *isolated {
 	t.Helper()
 	iso := withOperator(t, ns)
-	apply(t, nsClusterYAML(ns, "kept", 3))
+	applyCluster(t, Cluster{Namespace: ns, Name: "kept", Size: 3})
 	waitCreated(t, ns, "kept", 60*time.Second)
 	return iso
 }
@@ -458,18 +498,15 @@ func withOperator(t *testing.T, ns string) *isolated {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.srv.Close() })
-	iso := &isolated{ns: ns, counter: c, name: "etcd-operator-" + ns}
+	iso := &isolated{ns: ns, counter: c, name: operatorName(ns)}
 	iso.startOperator(t)
-	t.Cleanup(func() { cp.StopProcess(iso.name, 10*time.Second) })
 	return iso
 }
 
+// startOperator starts the namespace's operator, through the counter.
 func (iso *isolated) startOperator(t *testing.T) {
 	t.Helper()
-	var err error
-	if iso.proc, err = cp.StartProcess(iso.name, nil, operatorBin, "-master="+iso.counter.url, "-namespace="+iso.ns, "-log-level=debug"); err != nil {
-		t.Fatal(err)
-	}
+	iso.proc = startOperator(t, iso.ns, iso.counter.url)
 }
 
 // keptUIDs maps kind/name to uid for kept's objects; it fails unless all
@@ -511,10 +548,6 @@ func (iso *isolated) assertOnlyCreated(t *testing.T, cluster string) {
 	}
 }
 
-func nsClusterYAML(ns, name string, size int) string {
-	return strings.Replace(clusterYAML(name, size), "metadata:\n", "metadata:\n  namespace: "+ns+"\n", 1)
-}
-
 func uidsIn(t *testing.T, ns, cluster string) map[string]string {
 	t.Helper()
 	m := map[string]string{}
@@ -536,7 +569,7 @@ func TestOperatorRestart(t *testing.T) {
 	cp.StopProcess(iso.name, 10*time.Second)
 	iso.counter.reset()
 	iso.startOperator(t)
-	apply(t, nsClusterYAML(iso.ns, "restart-marker", 1))
+	applyCluster(t, Cluster{Namespace: iso.ns, Name: "restart-marker", Size: 1})
 	waitCreated(t, iso.ns, "restart-marker", 60*time.Second)
 	if after := iso.keptUIDs(t); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("objects changed across the restart:\nbefore %v\nafter  %v", before, after)
@@ -557,7 +590,7 @@ func TestAPIServerRestart(t *testing.T) {
 	before := iso.keptUIDs(t)
 	restartAPIServer(t)
 	iso.counter.reset()
-	apply(t, nsClusterYAML(iso.ns, "after-restart", 1))
+	applyCluster(t, Cluster{Namespace: iso.ns, Name: "after-restart", Size: 1})
 	waitCreated(t, iso.ns, "after-restart", 90*time.Second)
 	if after := iso.keptUIDs(t); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("kept's objects changed:\nbefore %v\nafter  %v", before, after)
@@ -618,7 +651,7 @@ func TestExpiredResourceVersionRelists(t *testing.T) {
 		}
 	})
 	iso.counter.reset()
-	apply(t, nsClusterYAML(iso.ns, "during-expiry", 1))
+	applyCluster(t, Cluster{Namespace: iso.ns, Name: "during-expiry", Size: 1})
 	// Compacting at revision N keeps N: one more write, so that the
 	// revision right after the operator's position is gone too.
 	apply(t, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: expiry-marker\n  namespace: expiry\n")

@@ -1,5 +1,11 @@
 package e2e
 
+// HTTP with JSON bodies, for the requests that go neither through the
+// admin client (ControlPlane.Do) nor kubectl: to etcd members by Pod IP,
+// to etcd's v3 JSON gateway, through kubectl proxy. The idea: the
+// Kubernetes API and etcd both speak plain HTTP and JSON, so the tests,
+// like the operator, need no client library.
+
 import (
 	"bytes"
 	"encoding/json"

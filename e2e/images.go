@@ -1,5 +1,12 @@
 package e2e
 
+// Container images without Docker or a registry. Each image the node
+// needs is one static program in an otherwise empty filesystem (as the
+// operator's Dockerfile and etcd's own images are), written with
+// go-containerregistry as a docker-save tarball and imported into
+// containerd. The idea: an image is only layers and a config, so the node
+// runs etcd and the operator's image with no network at all.
+
 import (
 	"archive/tar"
 	"bytes"

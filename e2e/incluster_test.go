@@ -1,5 +1,11 @@
 package e2e
 
+// The operator in a Pod, as examples/deploy.yaml runs it: in-cluster
+// configuration (ServiceAccount token, cluster CA, the kubernetes Service)
+// and least privilege. The idea: RBAC can be tested, not only written;
+// take each verb of the Role away in turn and the operator reports the
+// 403 where a person looks, keeps running, and recovers once it is back.
+
 import (
 	"fmt"
 	"os"
@@ -54,7 +60,7 @@ func TestInCluster(t *testing.T) {
 		t.Errorf("no ServiceAccount volume in the operator's mounts:\n%s", mounts)
 	}
 
-	apply(t, strings.Replace(clusterYAML("in-a", 1), "metadata:\n", "metadata:\n  namespace: "+ns+"\n", 1))
+	applyCluster(t, Cluster{Namespace: ns, Name: "in-a", Size: 1})
 	waitPhaseIn(t, ns, "in-a", "Running", 60*time.Second)
 	if want := fmt.Sprintf("apiServer=https://%s:443 namespace=%s", KubernetesServiceIP, ns); !strings.Contains(logOf(), want) {
 		t.Errorf("the operator did not start in-cluster (%q):\n%s", want, logOf())
@@ -105,13 +111,13 @@ func TestInCluster(t *testing.T) {
 			name: "no delete on pods and services", can: "delete pods",
 			from: podsRule, to: "    resources: [pods, services]\n    verbs: [create, get, list]",
 			want:   `cannot delete resource \"pods\"`,
-			change: func(name string) { apply(t, nsSizedYAML(ns, name, 2, "v3.6.16")) },
+			change: func(name string) { applyCluster(t, Cluster{Namespace: ns, Name: name, Size: 2, Version: "v3.6.16"}) },
 		},
 		{
 			name: "no patch on pods", can: "patch pods",
 			from: "    resources: [pods]\n    verbs: [watch, patch]", to: "    resources: [pods]\n    verbs: [watch]",
 			want:   `cannot patch resource \"pods\"`,
-			change: func(name string) { apply(t, nsSizedYAML(ns, name, 3, "v3.7.3")) },
+			change: func(name string) { applyCluster(t, Cluster{Namespace: ns, Name: name, Size: 3, Version: "v3.7.3"}) },
 		},
 		{
 			name: "no update on finalizers", can: "update etcdclusters.coreos.com --subresource=finalizers",
@@ -126,7 +132,7 @@ func TestInCluster(t *testing.T) {
 			}
 			name := "in-" + strings.ReplaceAll(strings.ReplaceAll(tc.name, " ", "-"), "/", "-")
 			if tc.change != nil {
-				apply(t, nsSizedYAML(ns, name, 3, "v3.6.16"))
+				applyCluster(t, Cluster{Namespace: ns, Name: name, Size: 3, Version: "v3.6.16"})
 				waitPhaseIn(t, ns, name, "Running", 90*time.Second)
 			}
 			logFrom := len(logOf())
@@ -148,7 +154,7 @@ func TestInCluster(t *testing.T) {
 			if tc.change != nil {
 				tc.change(name)
 			} else {
-				apply(t, nsSizedYAML(ns, name, 1, "v3.6.16"))
+				applyCluster(t, Cluster{Namespace: ns, Name: name, Size: 1, Version: "v3.6.16"})
 			}
 			if tc.logOnly {
 				err := Eventually(90*time.Second, "the log to say "+tc.want, func() (bool, error) {
@@ -237,11 +243,6 @@ func restarts(t *testing.T, ns, pod string) int {
 }
 
 // waitCan waits until RBAC says answer to "can the operator do this".
-// nsSizedYAML is an EtcdCluster in ns of the given size and version.
-func nsSizedYAML(ns, name string, size int, version string) string {
-	return fmt.Sprintf("apiVersion: coreos.com/v1\nkind: EtcdCluster\nmetadata:\n  name: %s\n  namespace: %s\nspec:\n  size: %d\n  version: %s\n", name, ns, size, version)
-}
-
 func waitCan(t *testing.T, ns, verbResource, answer string) {
 	t.Helper()
 	args := append([]string{"auth", "can-i"}, strings.Fields(verbResource)...)

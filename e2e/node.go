@@ -1,5 +1,12 @@
 package e2e
 
+// A real Kubernetes node on this machine, for the tests that need Pods to
+// run: containerd with runc, the CNI bridge plugin, kubelet, kube-proxy,
+// kube-scheduler and CoreDNS, all on a test bridge. The idea: the
+// operator's manifests are only right if the kubelet, cluster DNS and
+// Services make a working etcd cluster of them. A run takes a lock, sweeps
+// what a killed run left, and leaves the machine as it found it.
+
 import (
 	"bufio"
 	"context"
@@ -104,12 +111,16 @@ func NeedNodePackages(out io.Writer) error {
 }
 
 // StartNode starts the node on the control plane, importing the images of
-// NodeImages(cp.Bin, operatorBin). It needs root. It waits until the Node
+// NodeImages, the operator's (see BuildOperator) included. It needs root. It waits until the Node
 // is Ready and untainted, cluster DNS answers and the kubernetes Service
 // leads to the API server. On error it undoes what it did.
-func (cp *ControlPlane) StartNode(operatorBin string) (_ *Node, err error) {
+func (cp *ControlPlane) StartNode() (_ *Node, err error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the node needs root (network, mounts, containers)")
+	}
+	operatorBin, err := cp.BuildOperator()
+	if err != nil {
+		return nil, err
 	}
 	if err := NeedNodePackages(cp.out); err != nil {
 		return nil, err

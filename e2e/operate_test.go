@@ -62,27 +62,15 @@ func startDay2(t *testing.T, ns, name string, size int, version string) *day2 {
 	needNode(t)
 	nodeNamespace(t, ns)
 	d := &day2{t: t, ns: ns, name: name}
-	d.startOperator()
+	startOperator(t, ns, "")
 	d.apply(size, version)
 	return d
 }
 
-func (d *day2) operatorName() string { return "etcd-operator-" + d.ns }
-
-func (d *day2) startOperator() {
-	d.t.Helper()
-	if _, err := cp.StartProcess(d.operatorName(), nil, operatorBin, "-master="+cp.ProxyURL, "-namespace="+d.ns, "-log-level=debug"); err != nil {
-		d.t.Fatal(err)
-	}
-	d.t.Cleanup(func() { cp.StopProcess(d.operatorName(), 10*time.Second) })
-}
-
+// apply sets the cluster's size and version, making it the first time.
 func (d *day2) apply(size int, version string) {
 	d.t.Helper()
-	yaml := fmt.Sprintf("apiVersion: coreos.com/v1\nkind: EtcdCluster\nmetadata:\n  name: %s\n  namespace: %s\nspec:\n  size: %d\n  version: %s\n", d.name, d.ns, size, version)
-	if _, err := cp.Kubectl(yaml, "apply", "-f", "-"); err != nil {
-		d.t.Fatal(err)
-	}
+	applyCluster(d.t, Cluster{Namespace: d.ns, Name: d.name, Size: size, Version: version})
 }
 
 func (d *day2) status() (e2eStatus, int64) {
@@ -457,8 +445,8 @@ func TestResize(t *testing.T) {
 				r := st.reason("Progressing")
 				return r == "AddingMember" || r == "StartingMember" || r == "PromotingLearner" || r == "WaitingForLearner"
 			})
-			cp.StopProcess(d.operatorName(), 0)
-			d.startOperator()
+			cp.StopProcess(operatorName(d.ns), 0)
+			startOperator(t, d.ns, "")
 		}
 		st := d.running(n)
 		if st.ClusterID != id {

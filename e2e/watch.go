@@ -1,5 +1,10 @@
 package e2e
 
+// The tests' watch: list to learn the collection's resourceVersion, then
+// watch from it, the same list-then-watch pattern the operator uses, so
+// that nothing between the two is missed. The tests use it to keep every
+// status the operator writes, however briefly it stood.
+
 import (
 	"context"
 	"encoding/json"

@@ -10,6 +10,10 @@
 // against its kubectl proxy themselves.
 //
 //	go run -C e2e ./cmd/local
+//
+// The idea: trying an operator should need nothing but Go. The control
+// plane, node, operator starter (StartOperator) and example are the e2e
+// tests' own, so what you try here is what the tests check.
 package main
 
 import (
@@ -68,11 +72,7 @@ func run(withNode, withOperator bool, proxyPort int) error {
 	var node *e2e.Node
 	if withNode {
 		say("starting the node: containerd, kubelet, kube-proxy, kube-scheduler, CoreDNS on %s", e2e.NodeIP)
-		opBin, err := e2e.BuildOperator(cp.Dir)
-		if err != nil {
-			return err
-		}
-		if node, err = cp.StartNode(opBin); err != nil {
+		if node, err = cp.StartNode(); err != nil {
 			return err
 		}
 		// The default namespace's Pods run on the node.
@@ -144,12 +144,7 @@ func (p prefixWriter) Write(b []byte) (int, error) {
 // members to run).
 func startExample(cp *e2e.ControlPlane, withNode bool, exampleFile string, say func(string, ...any)) error {
 	say("building the operator (CGO_ENABLED=0 go build) and running it: etcd-operator -master=%s", cp.ProxyURL)
-	opBin, err := e2e.BuildOperator(cp.Dir)
-	if err != nil {
-		return err
-	}
-	cp.OperatorOutput = prefixWriter("operator | ")
-	if _, err := cp.StartOperator(opBin); err != nil {
+	if _, err := cp.StartOperator(e2e.OperatorOptions{Output: prefixWriter("operator | ")}); err != nil {
 		return err
 	}
 	say("kubectl apply -f examples/etcd-cluster.yaml")
@@ -157,7 +152,7 @@ func startExample(cp *e2e.ControlPlane, withNode bool, exampleFile string, say f
 		return err
 	}
 	if !withNode {
-		_, err = cp.WaitCreated("default", "example", 60*time.Second)
+		_, err := cp.WaitCreated("default", "example", 60*time.Second)
 		return err
 	}
 	say("kubectl wait --for=condition=Available etcdcluster/example")

@@ -264,7 +264,7 @@ func (b *bench) day2() error {
 		}
 		b.say("day 2: apply a cluster of %d", n)
 		t0 := time.Now()
-		if err := createCluster(b.cp, ns, c.name, n); err != nil {
+		if _, err := b.cp.ApplyCluster(Cluster{Namespace: ns, Name: c.name, Size: n, Via: b.cp.ProxyURL}); err != nil {
 			return err
 		}
 		anc, err := anchor(fmt.Sprintf("%d members answering /health", n), func() bool { return c.healthy(n, "") })

@@ -1,0 +1,62 @@
+package e2e
+
+// The benchmark's memory phase: the operator's resident set size once it
+// is idle, watching 10 clusters and watching many. The operator keeps no
+// cache of objects, so the two should be close.
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// memory: the operator's RSS once idle, watching 10 clusters and watching
+// RSSClusters, all already created (their Pods, which no node runs, too).
+func (b *bench) memory() error {
+	r := b.r
+	for _, m := range []struct {
+		ns  string
+		n   int
+		rss *int64
+	}{{"rss-few", 10, &r.RSS10}, {"rss-many", r.RSSManyClusters, &r.RSSMany}} {
+		b.say("memory: %d watched clusters", m.n)
+		if err := b.cp.CreateNamespace(m.ns); err != nil {
+			return err
+		}
+		if err := parallel(workers, m.n, func(i int) error { return createCreatedCluster(b.cp, m.ns, fmt.Sprintf("m%05d", i)) }); err != nil {
+			return err
+		}
+		op, err := b.startOperator(m.ns)
+		if err != nil {
+			return err
+		}
+		if err := waitIdle(b.proxy, 2*time.Minute); err != nil {
+			return err
+		}
+		if *m.rss, err = rss(op.Pid()); err != nil {
+			return err
+		}
+		if reqs, _ := b.proxy.snapshot(); countRequests(reqs).Writes > 0 {
+			return fmt.Errorf("the operator wrote while watching %d created clusters: %v", m.n, reqs)
+		}
+	}
+	b.stopOperator()
+	return nil
+}
+
+// rss reads a process's resident set size from /proc.
+func rss(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" {
+			var kb int64
+			fmt.Sscan(f[1], &kb)
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
+}
