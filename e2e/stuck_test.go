@@ -1,0 +1,96 @@
+package e2e
+
+// Never stuck, on the real node: states that overlapping faults reach, and
+// that the operator once never left, end at Running with every key kept.
+// Cordoning the node (spec.unschedulable, as `kubectl cordon` sets it) holds
+// new Pods Pending, as a full or lost node would; an image tag no registry
+// has (v3.7.99: containerd's pulls go to a proxy that serves nothing) holds
+// a container in ImagePullBackOff.
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// cordon marks the node unschedulable until uncordon or the test's end.
+func cordon(t *testing.T) (uncordon func()) {
+	t.Helper()
+	if _, err := cp.Kubectl("", "cordon", NodeName); err != nil {
+		t.Fatal(err)
+	}
+	done := false
+	uncordon = func() {
+		if !done {
+			done = true
+			if _, err := cp.Kubectl("", "uncordon", NodeName); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(uncordon)
+	return uncordon
+}
+
+func TestNeverStuck(t *testing.T) {
+	// Case 1: two of five members lost at once while new Pods cannot be
+	// scheduled. Both are removed before a learner is added, and the
+	// learner, held Pending, is waited for; nothing else changes under it.
+	t.Run("two of five lost while new Pods stay Pending", func(t *testing.T) {
+		d := startDay2(t, "stuck-lost", "five", 5, "v3.6.16")
+		d.running(5)
+		if err := d.put("/before", "two-lost"); err != nil {
+			t.Fatal(err)
+		}
+		uncordon := cordon(t)
+		d.deletePods(d.member(1), d.member(3))
+		st := d.wait("a learner held Pending", 3*time.Minute, func(st e2eStatus) bool {
+			return st.reason("Progressing") == "WaitingForLearner" && len(st.Members) == 4
+		})
+		t.Logf("while cordoned: %s", st.Message)
+		uncordon()
+		d.running(5)
+		if v := d.get("/before"); v != "two-lost" {
+			t.Errorf("the key written before reads %q", v)
+		}
+	})
+
+	// Cases 2 and 3: a learner whose image cannot be pulled waits while
+	// spec.version asks for that image, and is removed and made again once
+	// spec.version is set back.
+	t.Run("a learner that cannot start", func(t *testing.T) {
+		d := startDay2(t, "stuck-learner", "four", 3, "v3.6.16")
+		d.running(3)
+		if err := d.put("/before", "learner"); err != nil {
+			t.Fatal(err)
+		}
+		d.apply(4, "v3.7.99")
+		st := d.wait("a learner in ImagePullBackOff", 3*time.Minute, func(st e2eStatus) bool {
+			return st.reason("Progressing") == "WaitingForLearner" && strings.Contains(st.Message, "ImagePullBackOff")
+		})
+		t.Logf("with v3.7.99: %s", st.Message)
+		d.apply(4, "v3.6.16")
+		d.running(4)
+		if v := d.get("/before"); v != "learner" {
+			t.Errorf("the key written before reads %q", v)
+		}
+	})
+
+	// Case 4: a new cluster created with a version no registry has is made
+	// again with the version it is given next.
+	t.Run("a new cluster with a version that does not pull", func(t *testing.T) {
+		d := startDay2(t, "stuck-new", "fresh", 3, "v3.7.99")
+		st := d.wait("members in ImagePullBackOff", 3*time.Minute, func(st e2eStatus) bool {
+			return st.Phase == "Creating" && strings.Contains(st.Message, "ImagePullBackOff")
+		})
+		t.Logf("with v3.7.99: %s", st.Message)
+		d.apply(3, "v3.6.16")
+		d.running(3)
+		if err := d.put("/after", "fresh"); err != nil {
+			t.Fatal(err)
+		}
+		if v := d.get("/after"); v != "fresh" {
+			t.Errorf("the key written reads %q", v)
+		}
+	})
+}
