@@ -40,11 +40,10 @@ func (c *controller) act(ctx context.Context, s step) (outcome, error) {
 	case s.Delete != "":
 		return stepDone, c.delete(ctx, log, s.Namespace, s.Delete, s.Member)
 	case s.Patch != nil:
-		path := "/api/v1/namespaces/" + url.PathEscape(s.Namespace) + "/pods/" + url.PathEscape(s.Member)
-		if _, err := c.client.do(ctx, http.MethodPatch, path, s.Patch, "application/strategic-merge-patch+json"); err != nil {
-			return stepDone, fmt.Errorf("change image of pod %s: %w", s.Member, err)
+		if _, err := c.client.do(ctx, http.MethodPatch, s.Patch.Path, s.Patch.Body, s.Patch.ContentType); err != nil {
+			return stepDone, fmt.Errorf("%s %s: %w", strings.ToLower(s.Action), s.Member, err)
 		}
-		log.Info("member image changed; the kubelet restarts it", "member", s.Member, "image", s.Image)
+		log.Info(patched[s.Action], "member", s.Member, "image", s.Image)
 		return stepDone, nil
 	}
 	return stepDone, fmt.Errorf("step %q sends nothing", s.Action)
@@ -83,6 +82,12 @@ func (c *controller) changeMembers(ctx context.Context, log *slog.Logger, s step
 	}
 	log.Info(membershipChange[s.Action].done, "member", s.Member)
 	return stepDone, nil
+}
+
+// patched says what each PATCH did.
+var patched = map[string]string{
+	actUpgrade:    "member image changed; the kubelet restarts it",
+	actMarkFormed: "cluster ID recorded in the EtcdCluster's annotations",
 }
 
 // membershipChange says what each etcd request did, or failed to do.

@@ -47,6 +47,7 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -114,12 +115,16 @@ type input struct {
 	Repo                 string // image repository: the tag is spec.version
 	Base                 string // baseName of the EtcdCluster: the prefix of its objects
 	Deleting             bool   // metadata.deletionTimestamp is set
+	// FormedID is the cluster ID recorded in the EtcdCluster's metadata
+	// once the cluster formed (annotationClusterID): unlike the status, a
+	// status write cannot lose it.
+	FormedID string
 }
 
 func newInput(ec *EtcdCluster, repo string) input {
 	in := input{Name: ec.Metadata.Name, Namespace: ec.Metadata.Namespace, UID: ec.Metadata.UID,
 		Prev: ec.status(), Gen: ec.Metadata.Generation, Repo: repo, Base: baseName(ec.Metadata.Name),
-		Deleting: ec.Metadata.DeletionTimestamp != ""}
+		Deleting: ec.Metadata.DeletionTimestamp != "", FormedID: ec.Metadata.Annotations[annotationClusterID]}
 	var err error
 	if in.Spec, err = parseSpec(ec.Spec); err != nil {
 		in.Invalid = err.Error()
@@ -140,7 +145,13 @@ const (
 	actDeleteSvc    = "DeleteService"
 	actUpgrade      = "Upgrade"    // change a member Pod's image in place
 	actMoveLeader   = "MoveLeader" // hand leadership to another member first
+	actMarkFormed   = "MarkFormed" // record the cluster ID in the EtcdCluster's annotations
 )
+
+// annotationClusterID holds, on the EtcdCluster, the ID of the etcd cluster
+// it formed: the one fact that must outlive a lost status, since a cluster
+// that formed must never be bootstrapped again.
+const annotationClusterID = "etcd.coreos.com/cluster-id"
 
 // step is decide's answer: one action, every request it takes, and when to
 // look again. act.go sends what it says and nothing else.
@@ -160,7 +171,7 @@ type step struct {
 	Create                    []object     // POSTed in order
 	Etcd                      *etcdRequest // sent to the leader's JSON gateway
 	Delete                    string       // "pods" or "services": Member's object is deleted
-	Patch                     []byte       // strategic merge patch of Member's Pod
+	Patch                     *patch       // a PATCH of one object
 
 	// Again asks for another pass after this long even if no event comes:
 	// used only while waiting for something no Kubernetes object shows
@@ -185,6 +196,12 @@ type object struct {
 type etcdRequest struct {
 	Pod, Path string
 	Body      any
+}
+
+// patch is one PATCH request.
+type patch struct {
+	Path, ContentType string
+	Body              []byte
 }
 
 // notice is an Event to record about the EtcdCluster.
@@ -228,7 +245,7 @@ func newDecision(in input, obs observed) *decision {
 	for _, s := range obs.Services {
 		d.svcs[s] = true
 	}
-	d.st = clusterStatus{ClusterID: cmp.Or(obs.Etcd.ClusterID, in.Prev.ClusterID), ObservedGeneration: in.Gen}
+	d.st = clusterStatus{ClusterID: cmp.Or(obs.Etcd.ClusterID, in.Prev.ClusterID, in.FormedID), ObservedGeneration: in.Gen}
 	return d
 }
 
@@ -246,6 +263,15 @@ func (d *decision) ladder() step {
 		return d.bootstrap()
 	}
 	d.reportMembers()
+	s := d.operate()
+	if mark, ok := d.markFormed(); ok {
+		return mark // the status stays what the ladder says
+	}
+	return s
+}
+
+// operate runs the ladder of a cluster that formed.
+func (d *decision) operate() step {
 	for _, r := range []rule{
 		(*decision).needQuorum,
 		(*decision).removeLeftovers,
@@ -405,6 +431,20 @@ func (d *decision) bootstrapMembers() []string {
 		names[i] = memberName(d.in.Base, i)
 	}
 	return names
+}
+
+// 1b. The first time etcd answers with a cluster ID, it is recorded in the
+// EtcdCluster's annotations before any other step: from then on, whatever
+// happens to the status, the operator knows the cluster formed. The status
+// is what the rest of the ladder says.
+func (d *decision) markFormed() (step, bool) {
+	id := d.obs.Etcd.ClusterID
+	if id == "" || id == d.in.FormedID {
+		return step{}, false
+	}
+	body := mustJSON(map[string]any{"metadata": map[string]any{"annotations": map[string]string{annotationClusterID: id}}})
+	path := clustersPath(d.in.Namespace) + "/" + url.PathEscape(d.in.Name)
+	return step{Action: actMarkFormed, Member: hexID(id), Patch: &patch{Path: path, ContentType: "application/merge-patch+json", Body: body}}, true
 }
 
 // 2. Without a leader that lists the members and a healthy quorum of

@@ -97,14 +97,14 @@ func (w *world) noQuorum() *world {
 func (w *world) do(f func(w *world)) *world { f(w); return w }
 
 func in(size int, version string) input {
-	return input{Name: "example", Base: "example", Repo: repo, Gen: 2,
+	return input{Name: "example", Namespace: "default", Base: "example", Repo: repo, Gen: 2, FormedID: "42",
 		Spec: clusterSpec{Size: size, Version: version},
 		Prev: clusterStatus{ClusterID: "42", CurrentVersion: "3.6.16", Members: []memberStatus{{Name: "example-0", Version: "3.6.16"}, {Name: "example-1", Version: "3.6.16"}, {Name: "example-2", Version: "3.6.16"}}}}
 }
 
 func TestDecide(t *testing.T) {
 	fresh := in(3, "v3.6.16")
-	fresh.Prev = clusterStatus{}
+	fresh.Prev, fresh.FormedID = clusterStatus{}, ""
 	for _, tc := range []struct {
 		name   string
 		in     input
@@ -321,7 +321,7 @@ func TestDecide(t *testing.T) {
 // leads out of it.
 func TestNeverStuck(t *testing.T) {
 	fresh := in(3, "v3.6.16")
-	fresh.Prev = clusterStatus{}
+	fresh.Prev, fresh.FormedID = clusterStatus{}, ""
 	ic := func(names ...string) string {
 		var peers []peer
 		for _, n := range names {
@@ -395,6 +395,12 @@ func TestNeverStuck(t *testing.T) {
 		{name: "7: a formed cluster whose status is lost and whose members do not answer is not bootstrapped",
 			in: fresh, obs: newWorld(3).noPod("example-2").do(func(w *world) { w.obs.Etcd = etcdView{} }).obs,
 			msg: "the cluster has formed"},
+		{name: "7: the first cluster ID seen is recorded where a status write cannot lose it",
+			in: func() input { i := in(3, "v3.6.16"); i.FormedID = ""; return i }(), obs: newWorld(3).obs,
+			action: actMarkFormed, member: "2a", msg: "3 members ready"},
+		{name: "7: with the status lost and every member silent, a recorded cluster is not bootstrapped",
+			in: func() input { i := fresh; i.FormedID = "42"; return i }(), obs: newWorld(3).down("example-1", "example-2").noPod("example-0").noQuorum().obs,
+			msg: "quorum lost"},
 		{name: "8: an upgraded member in a crash loop stops a 5-member rollout",
 			in: func() input {
 				i := in(5, "v3.7.3")

@@ -407,7 +407,7 @@ func (f *fakeAPI) serveClusters(w http.ResponseWriter, r *http.Request, req requ
 			return
 		}
 		w.Write(b)
-	case len(parts) == 3 && parts[2] == "status" && r.Method == "PATCH":
+	case (len(parts) == 3 && parts[2] == "status" || len(parts) == 2) && r.Method == "PATCH":
 		if req.ContentType != "application/merge-patch+json" {
 			writeStatus(w, 415, "UnsupportedMediaType", "the body of the request was in an unknown format")
 			return
@@ -424,16 +424,23 @@ func (f *fakeAPI) serveClusters(w http.ResponseWriter, r *http.Request, req requ
 			writeStatus(w, 404, "NotFound", fmt.Sprintf("etcdclusters.coreos.com %q not found", parts[1]))
 			return
 		}
-		// The status subresource applies only the status part.
-		st, _ := obj["status"].(map[string]any)
-		merged := mergePatch(st, patch["status"])
+		// The status subresource applies only the status part; the
+		// object itself only its metadata's labels and annotations here
+		// (a spec change would also move metadata.generation).
+		part := "status"
+		if len(parts) == 2 {
+			part = "metadata"
+			patch = map[string]any{"metadata": map[string]any{"annotations": patch["metadata"].(map[string]any)["annotations"]}}
+		}
+		st, _ := obj[part].(map[string]any)
+		merged := mergePatch(clone(st), patch[part])
 		if jsonEqual(merged, st) {
 			// A patch that changes nothing is not written: same
 			// resourceVersion, no watch event.
 			w.Write(mustJSON(obj))
 			return
 		}
-		obj["status"] = merged
+		obj[part] = merged
 		obj["metadata"].(map[string]any)["resourceVersion"] = f.nextRV()
 		f.emitLocked("MODIFIED", obj)
 		w.Write(mustJSON(obj))

@@ -102,6 +102,9 @@ func (c *controller) reconcile(ctx context.Context, ec *EtcdCluster) (time.Durat
 			return 0, err
 		}
 		in.Prev = st
+		if s.Action == actMarkFormed {
+			in.FormedID = st.ClusterID
+		}
 		switch {
 		case out == stepNotYet:
 			return s.Again, nil

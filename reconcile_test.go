@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -105,7 +106,18 @@ func TestCreatesCluster(t *testing.T) {
 		t.Errorf("status = %+v, want ready members %v, READY 3/3, a cluster ID and observedGeneration 1", st, want)
 	}
 	var patches []string
+	marked := 0
 	for _, r := range f.requestsSince(0) {
+		if r.Method == "PATCH" && r.Path == "/apis/coreos.com/v1/namespaces/default/etcdclusters/example" {
+			// Once: the cluster ID in the annotations, nothing else.
+			var p map[string]any
+			_ = json.Unmarshal([]byte(r.Body), &p)
+			if want := map[string]any{"metadata": map[string]any{"annotations": map[string]any{annotationClusterID: st.ClusterID}}}; !reflect.DeepEqual(p, want) {
+				t.Errorf("the EtcdCluster patched with %s, want only its cluster ID annotation", r.Body)
+			}
+			marked++
+			continue
+		}
 		if r.Method == "PATCH" {
 			if r.Path != "/apis/coreos.com/v1/namespaces/default/etcdclusters/example/status" || r.ContentType != "application/merge-patch+json" {
 				t.Errorf("status written as %s %s (%s)", r.Method, r.Path, r.ContentType)
@@ -114,6 +126,9 @@ func TestCreatesCluster(t *testing.T) {
 			_ = json.Unmarshal([]byte(r.Body), &p)
 			patches = append(patches, p.Status.Phase)
 		}
+	}
+	if marked != 1 {
+		t.Errorf("the cluster ID annotation written %d times, want once", marked)
 	}
 	if want := []string{phaseCreating, phaseRunning}; !slices.Equal(patches, want) {
 		t.Errorf("status phases written = %v, want %v", patches, want)
@@ -489,7 +504,7 @@ func TestRollingUpgrade(t *testing.T) {
 // should answer, and the operator looks again until it does.
 func TestBootstrapWaitPollsOnlyWhenAPodIsReady(t *testing.T) {
 	fresh := in(3, "v3.6.16")
-	fresh.Prev = clusterStatus{}
+	fresh.Prev, fresh.FormedID = clusterStatus{}, ""
 	w := newWorld(3).do(func(w *world) {
 		w.obs.Etcd = etcdView{}
 		for i := range w.obs.Pods {

@@ -11,6 +11,7 @@ package main
 
 import (
 	"fmt"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,8 +47,9 @@ func (d *decision) upgrade() (step, bool) {
 		return s, true
 	}
 	msg := fmt.Sprintf("upgrading member %s to %s (%d of %d done)", m.member(), d.in.Spec.Version, len(members)-len(todo), len(members))
-	patch := mustJSON(map[string]any{"spec": map[string]any{"containers": []map[string]any{{"name": "etcd", "image": target}}}})
-	s = step{Action: actUpgrade, Member: m.member(), Image: target, Patch: patch,
+	body := mustJSON(map[string]any{"spec": map[string]any{"containers": []map[string]any{{"name": "etcd", "image": target}}}})
+	path := "/api/v1/namespaces/" + url.PathEscape(d.in.Namespace) + "/pods/" + url.PathEscape(m.member())
+	s = step{Action: actUpgrade, Member: m.member(), Image: target, Patch: &patch{Path: path, ContentType: "application/strategic-merge-patch+json", Body: body},
 		News: []notice{{eventNormal, reasonMemberUpgraded, fmt.Sprintf("member %s: image changed to %s; the kubelet restarts it with its data", m.member(), target)}}}
 	return d.progress(phaseUpgrading, reasonUpgrading, msg, s), true
 }

@@ -51,7 +51,8 @@ type objectMeta struct {
 	ResourceVersion string `json:"resourceVersion,omitempty"`
 	Generation      int64  `json:"generation,omitempty"`
 	// DeletionTimestamp is set once the object is being deleted.
-	DeletionTimestamp string `json:"deletionTimestamp,omitempty"`
+	DeletionTimestamp string            `json:"deletionTimestamp,omitempty"`
+	Annotations       map[string]string `json:"annotations,omitempty"`
 }
 
 // key names a cluster in logs and in the control loop's bookkeeping.

@@ -80,10 +80,35 @@ func TestNeverStuck(t *testing.T) {
 	// again with the version it is given next.
 	t.Run("a new cluster with a version that does not pull", func(t *testing.T) {
 		d := startDay2(t, "stuck-new", "fresh", 3, "v3.7.99")
-		st := d.wait("members in ImagePullBackOff", 3*time.Minute, func(st e2eStatus) bool {
-			return st.Phase == "Creating" && strings.Contains(st.Message, "ImagePullBackOff")
+		err := Eventually(3*time.Minute, "every member Pod waiting for its image", func() (bool, error) {
+			var pods struct {
+				Items []struct {
+					Status struct {
+						ContainerStatuses []struct {
+							State struct{ Waiting *struct{ Reason string } }
+						}
+					}
+				}
+			}
+			if err := cp.Get("/api/v1/namespaces/"+d.ns+"/pods?labelSelector="+ofCluster(d.name), &pods); err != nil {
+				return false, err
+			}
+			waiting := 0
+			for _, p := range pods.Items {
+				for _, c := range p.Status.ContainerStatuses {
+					if w := c.State.Waiting; w != nil && (w.Reason == "ImagePullBackOff" || w.Reason == "ErrImagePull") {
+						waiting++
+					}
+				}
+			}
+			return waiting == 3, nil
 		})
-		t.Logf("with v3.7.99: %s", st.Message)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := d.status(); st.Phase != "Creating" {
+			t.Errorf("with v3.7.99: phase %s, want Creating", st.Phase)
+		}
 		d.apply(3, "v3.6.16")
 		d.running(3)
 		if err := d.put("/after", "fresh"); err != nil {
