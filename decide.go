@@ -87,7 +87,9 @@ type etcdView struct {
 	ClusterID string // from any member that answered
 	Leader    string // member ID of the leader, if any member knows one
 	// Members is the leader's member list; nil when no leader answered.
-	Members []memberView
+	// Listed is a member list all the same: the leader's, or without a
+	// leader, one member's own view; nil when no member answered.
+	Members, Listed []memberView
 	// Answered counts the members that answered at all; AnsweredVoters
 	// those of them that vote (learners do not).
 	Answered, AnsweredVoters int
@@ -238,6 +240,9 @@ type decision struct {
 }
 
 func newDecision(in input, obs observed) *decision {
+	if obs.Etcd.Listed == nil {
+		obs.Etcd.Listed = obs.Etcd.Members
+	}
 	d := &decision{in: in, obs: obs, pods: map[string]*podView{}, svcs: map[string]bool{}}
 	for i := range obs.Pods {
 		d.pods[obs.Pods[i].Name] = &obs.Pods[i]
@@ -272,7 +277,11 @@ func (d *decision) ladder() step {
 
 // operate runs the ladder of a cluster that formed.
 func (d *decision) operate() step {
+	if d.obs.Etcd.Members != nil && d.quorumOK() {
+		d.setAvailable(true, reasonQuorumReady, "")
+	}
 	for _, r := range []rule{
+		(*decision).repairImages,
 		(*decision).needQuorum,
 		(*decision).removeLeftovers,
 		(*decision).createClientService,
@@ -447,13 +456,48 @@ func (d *decision) markFormed() (step, bool) {
 	return step{Action: actMarkFormed, Member: hexID(id), Patch: &patch{Path: path, ContentType: "application/merge-patch+json", Body: body}}, true
 }
 
+// 1c. A member that is down because the kubelet cannot run its image (a
+// version that does not pull, or crashes) gets the image new members run
+// again. Restarting a member that is down costs nothing, so this needs no
+// quorum: it may be what brings the quorum back.
+func (d *decision) repairImages() (step, bool) {
+	for _, p := range d.obs.Pods {
+		if !d.isMember(p.Name) || p.Deleting || !stalled(&p) || p.Image == d.image() || d.imageRuns(p.Image) {
+			continue
+		}
+		msg := fmt.Sprintf("member %s cannot start %s (%s): giving it %s again", p.Name, p.Image, p.Waiting, d.image())
+		return d.progress(phaseDegraded, reasonRepairingImage, msg, d.imageStep(p.Name, d.image())), true
+	}
+	return step{}, false
+}
+
+// imageRuns reports whether a member that answered runs image: then a
+// member that cannot start with it has another problem than its image.
+func (d *decision) imageRuns(image string) bool {
+	for _, name := range d.obs.Etcd.AnsweredPods {
+		if p := d.pods[name]; p != nil && p.Image == image {
+			return true
+		}
+	}
+	return false
+}
+
+// isMember reports whether name is a member: in etcd's list, or without
+// one, in the last status's.
+func (d *decision) isMember(name string) bool {
+	list := d.obs.Etcd.Listed
+	if list == nil {
+		return slices.ContainsFunc(d.in.Prev.Members, func(m memberStatus) bool { return m.Name == name })
+	}
+	return slices.ContainsFunc(list, func(m memberView) bool { return m.member() == name })
+}
+
 // 2. Without a leader that lists the members and a healthy quorum of
 // voters, etcd accepts no membership change: nothing is changed.
 func (d *decision) needQuorum() (step, bool) {
 	if d.obs.Etcd.Members == nil || !d.quorumOK() {
 		return d.unavailable(), true
 	}
-	d.setAvailable(true, reasonQuorumReady, "")
 	return step{}, false
 }
 

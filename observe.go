@@ -244,7 +244,17 @@ func (c *controller) observeEtcd(ctx context.Context, ns string, running []*pod)
 	v.Answered = len(answers)
 	leaderPod, ok := podOf[v.Leader]
 	if !ok {
-		return v, nil // no leader, or not one of ours that answered
+		// No leader: a member's own view of the members (a serializable
+		// read) still says how many voters the quorum needs.
+		v.Leader = ""
+		for _, pod := range v.AnsweredPods {
+			var list memberListAnswer
+			if c.etcd(ctx, ns, pod, "/v3/cluster/member/list", map[string]bool{"linearizable": false}, &list) == nil {
+				v.Listed = memberViews(list, answers)
+				break
+			}
+		}
+		return v, nil
 	}
 	var list memberListAnswer
 	if err := c.etcd(ctx, ns, leaderPod, "/v3/cluster/member/list", map[string]bool{"linearizable": true}, &list); err != nil {
@@ -254,6 +264,7 @@ func (c *controller) observeEtcd(ctx context.Context, ns string, running []*pod)
 	}
 	v.LeaderPod = leaderPod
 	v.Members = memberViews(list, answers)
+	v.Listed = v.Members
 	return v, nil
 }
 

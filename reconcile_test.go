@@ -349,7 +349,7 @@ func TestHealthIsReported(t *testing.T) {
 	}
 	f.killMember("default", "example-1", true)
 	st = waitStatus(f, "example", inPhase(phaseUnavailable))
-	if c, _ := st.condition(condAvailable); c.Status != "False" || c.Reason != "QuorumLost" || !strings.Contains(st.Message, "quorum lost: 1 of 3 members answer, 2 needed") {
+	if c, _ := st.condition(condAvailable); c.Status != "False" || c.Reason != "QuorumLost" || !strings.Contains(st.Message, "quorum lost: 1 of 3 voting members answer, 2 needed") {
 		t.Errorf("two members down: status = %+v", st)
 	}
 	f.waitFor("a QuorumLost event", func() bool {

@@ -71,6 +71,7 @@ const (
 	reasonAllMembersReady       = "AllMembersReady"
 	reasonStepFailed            = "StepFailed"
 	reasonDeleting              = "Deleting"
+	reasonRepairingImage        = "RepairingImage"
 
 	// Events only.
 	reasonClusterCreated = "ClusterCreated"
@@ -115,25 +116,29 @@ func (d *decision) steadyPhase() string {
 // data on emptyDir, etcd cannot rebuild a quorum from fewer members, and a
 // membership change needs the quorum it lacks.
 func (d *decision) unavailable() step {
-	// The voters: learners make no quorum. Without a leader to list them,
-	// the last status's list stands in.
+	// The voters: learners make no quorum. Without a leader, a member's
+	// own list says who they are, or else the last status's list.
 	size := 0
 	for _, m := range d.in.Prev.Members {
 		if !m.Learner {
 			size++
 		}
 	}
-	if d.obs.Etcd.Members != nil {
-		size, _ = d.voters()
+	if d.obs.Etcd.Listed != nil {
+		size = 0
+		for _, m := range d.obs.Etcd.Listed {
+			if !m.Learner {
+				size++
+			}
+		}
 	}
 	size = max(size, 1)
-	answering := d.obs.Etcd.Answered
 	var msg, reason string
 	switch {
 	case d.obs.Etcd.AnsweredVoters >= quorum(size) && len(d.obs.Pods) > 0:
 		// Enough members answer, but none knows a leader: an election is
 		// under way (a leader died or stepped down). Look again soon.
-		msg = fmt.Sprintf("no leader yet: %d of %d members answer, and etcd is electing one (%s)", answering, size, d.podSummary(d.memberNames()))
+		msg = fmt.Sprintf("no leader yet: %d of %d voting members answer, and etcd is electing one (%s)", d.obs.Etcd.AnsweredVoters, size, d.podSummary(d.memberNames()))
 		d.st.Phase, d.st.Message = phaseDegraded, msg
 		d.setAvailable(false, reasonNoLeader, msg)
 		d.setProgressing(false, reasonNoLeader, "no membership change without a leader")
@@ -142,16 +147,28 @@ func (d *decision) unavailable() step {
 	case len(d.obs.Pods) == 0:
 		reason = reasonDataLost
 		msg = fmt.Sprintf("all %d members are gone and their data with them (emptyDir): etcd cannot recover by itself. Delete this EtcdCluster and create it again, then restore your data from a backup (etcdctl snapshot restore)", size)
+	case d.obs.Etcd.Listed == nil && len(d.in.Prev.Members) == 0:
+		// Neither etcd nor a status says who the members are.
+		reason = reasonQuorumLost
+		msg = fmt.Sprintf("quorum lost: no member answers (%s). etcd cannot recover by itself with its data on emptyDir; if the missing members come back, the cluster recovers without help. Otherwise delete this EtcdCluster and create it again from a backup (etcdctl snapshot restore)", d.podSummary(podNames(d.obs.Pods)))
 	default:
 		reason = reasonQuorumLost
-		msg = fmt.Sprintf("quorum lost: %d of %d members answer, %d needed (%s). etcd cannot recover by itself with its data on emptyDir; if the missing members come back, the cluster recovers without help. Otherwise delete this EtcdCluster and create it again from a backup (etcdctl snapshot restore)",
-			answering, size, quorum(size), d.podSummary(d.memberNames()))
+		msg = fmt.Sprintf("quorum lost: %d of %d voting members answer, %d needed (%s). etcd cannot recover by itself with its data on emptyDir; if the missing members come back, the cluster recovers without help. Otherwise delete this EtcdCluster and create it again from a backup (etcdctl snapshot restore)",
+			d.obs.Etcd.AnsweredVoters, size, quorum(size), d.podSummary(d.memberNames()))
 	}
 	d.st.Phase, d.st.Message = phaseUnavailable, msg
 	d.setAvailable(false, reason, msg)
 	d.setProgressing(false, reason, "no membership change without a quorum")
 	d.setDegraded(true, reason, msg)
 	return step{}
+}
+
+func podNames(pods []podView) []string {
+	var names []string
+	for _, p := range pods {
+		names = append(names, p.Name)
+	}
+	return names
 }
 
 func (d *decision) memberNames() []string {
@@ -254,7 +271,8 @@ func (d *decision) finish() {
 		d.availMsg = fmt.Sprintf("%d of %d voting members ready, a quorum", st.ReadyMembers, n)
 	}
 	if d.degrReason == "" {
-		if st.ReadyMembers < d.in.Spec.Size && d.in.Invalid == "" && st.Phase != phaseCreating {
+		unhealthy := slices.ContainsFunc(d.obs.Etcd.Members, func(m memberView) bool { return !d.healthy(m) })
+		if (st.ReadyMembers < d.in.Spec.Size || unhealthy) && d.in.Invalid == "" && st.Phase != phaseCreating {
 			d.setDegraded(true, reasonMemberUnready, fmt.Sprintf("%d of %d members ready", st.ReadyMembers, d.in.Spec.Size))
 		} else {
 			d.setDegraded(false, reasonAllMembersReady, "")

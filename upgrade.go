@@ -47,11 +47,17 @@ func (d *decision) upgrade() (step, bool) {
 		return s, true
 	}
 	msg := fmt.Sprintf("upgrading member %s to %s (%d of %d done)", m.member(), d.in.Spec.Version, len(members)-len(todo), len(members))
-	body := mustJSON(map[string]any{"spec": map[string]any{"containers": []map[string]any{{"name": "etcd", "image": target}}}})
-	path := "/api/v1/namespaces/" + url.PathEscape(d.in.Namespace) + "/pods/" + url.PathEscape(m.member())
-	s = step{Action: actUpgrade, Member: m.member(), Image: target, Patch: &patch{Path: path, ContentType: "application/strategic-merge-patch+json", Body: body},
-		News: []notice{{eventNormal, reasonMemberUpgraded, fmt.Sprintf("member %s: image changed to %s; the kubelet restarts it with its data", m.member(), target)}}}
+	s = d.imageStep(m.member(), target)
 	return d.progress(phaseUpgrading, reasonUpgrading, msg, s), true
+}
+
+// imageStep changes the image of a member's Pod: the kubelet restarts the
+// container in the same Pod, with its data.
+func (d *decision) imageStep(member, image string) step {
+	body := mustJSON(map[string]any{"spec": map[string]any{"containers": []map[string]any{{"name": "etcd", "image": image}}}})
+	path := "/api/v1/namespaces/" + url.PathEscape(d.in.Namespace) + "/pods/" + url.PathEscape(member)
+	return step{Action: actUpgrade, Member: member, Image: image, Patch: &patch{Path: path, ContentType: "application/strategic-merge-patch+json", Body: body},
+		News: []notice{{eventNormal, reasonMemberUpgraded, fmt.Sprintf("member %s: image changed to %s; the kubelet restarts it with its data", member, image)}}}
 }
 
 // upgradeUnderWay returns the members still to upgrade, or the wait for
