@@ -385,6 +385,17 @@ func (d *decision) bootstrap() step {
 			return d.progress(phaseCreating, reasonWaitingForMembers, msg, step{Action: actDeletePod, Member: m, Delete: "pods"})
 		}
 	}
+	for _, m := range names {
+		if p := d.pods[m]; p != nil && p.Overdue {
+			msg := fmt.Sprintf("Pod %s is stuck terminating (its node is gone or cut off), and a new cluster needs every member it was created with: once the node is gone for good, delete the Pod with --grace-period=0 --force", m)
+			d.st.Phase, d.st.Message = phaseCreating, msg
+			d.setProgressing(false, reasonPodStuck, msg)
+			return step{}
+		}
+		if d.cannotRunStep(d.pods[m]) {
+			return step{}
+		}
+	}
 	msg := fmt.Sprintf("waiting for the members to start and elect a leader: %s", d.podSummary(names)) + d.namesNote()
 	d.st.Phase, d.st.Message = phaseCreating, msg
 	d.setProgressing(true, reasonWaitingForMembers, msg)
@@ -462,13 +473,21 @@ func (d *decision) markFormed() (step, bool) {
 // quorum: it may be what brings the quorum back.
 func (d *decision) repairImages() (step, bool) {
 	for _, p := range d.obs.Pods {
-		if !d.isMember(p.Name) || p.Deleting || !stalled(&p) || p.Image == d.image() || d.imageRuns(p.Image) {
+		if !d.isMember(p.Name) || p.Deleting || p.Image == d.image() || d.imageRuns(p.Image) || !neverPulled(&p) && !d.rollsBack(&p) {
 			continue
 		}
 		msg := fmt.Sprintf("member %s cannot start %s (%s): giving it %s again", p.Name, p.Image, p.Waiting, d.image())
 		return d.progress(phaseDegraded, reasonRepairingImage, msg, d.imageStep(p.Name, d.image())), true
 	}
 	return step{}, false
+}
+
+// rollsBack reports a member in a crash loop on a version above the one
+// new members get: setting spec.version back after an upgrade that did not
+// run. A crash loop on any other version is no image's fault to repair.
+func (d *decision) rollsBack(p *podView) bool {
+	tag := func(image string) string { return image[strings.LastIndexByte(image, ':')+1:] }
+	return p.Waiting == "CrashLoopBackOff" && isVersion(tag(p.Image)) && isVersion(tag(d.image())) && versionLess(tag(d.image()), tag(p.Image))
 }
 
 // imageRuns reports whether a member that answered runs image: then a
@@ -566,6 +585,8 @@ func (d *decision) learners() (step, bool) {
 			// start it with that list. It never started; make it again.
 			return d.progress(d.phaseFor(m.member()), reasonStartingMember, fmt.Sprintf("deleting Pod %s: its --initial-cluster is out of date; it is created again", m.member()),
 				step{Action: actDeletePod, Member: m.member(), Delete: "pods"}), true
+		case !m.Answered && p != nil && d.cannotRunStep(p):
+			return step{}, true
 		case !m.Answered:
 			return d.wait(d.phaseFor(m.member()), reasonWaitingForLearner, fmt.Sprintf("waiting for %s %s to start: %s", map[bool]string{true: "learner", false: "member"}[m.Learner], m.member(), d.describe(m))), true
 		case !m.Learner:
@@ -595,10 +616,35 @@ func (d *decision) cannotJoin(m memberView, p *podView) string {
 		return ""
 	case p.Image != d.image():
 		return fmt.Sprintf("it runs %s, which the kubelet cannot start (%s), and new members run %s", p.Image, p.Waiting, d.image())
-	case p.Waiting == "CrashLoopBackOff":
-		return "etcd keeps exiting in its Pod (CrashLoopBackOff)"
+	case p.Waiting == "CrashLoopBackOff" && d.imageRuns(p.Image):
+		return "etcd keeps exiting in its Pod (CrashLoopBackOff), with an image that runs in other members"
 	}
 	return ""
+}
+
+// cannotRunStep reports that p cannot run the image new members get, in
+// the status; nothing is retried until spec.version changes.
+func (d *decision) cannotRunStep(p *podView) bool {
+	why, ok := d.cannotRun(p)
+	if !ok {
+		return false
+	}
+	msg := fmt.Sprintf("member %s cannot start: %s", p.Name, why)
+	d.st.Phase, d.st.Message = cmp.Or(map[bool]string{true: phaseCreating}[d.st.ClusterID == ""], d.steadyPhase()), msg
+	d.setProgressing(false, reasonVersionCannotRun, msg)
+	d.setDegraded(true, reasonVersionCannotRun, msg)
+	return true
+}
+
+// cannotRun reports that the image new members get does not run: the
+// kubelet cannot pull it, or etcd keeps exiting with it while no member
+// that answers runs it. A new member would fare no better; the user must
+// change spec.version.
+func (d *decision) cannotRun(p *podView) (string, bool) {
+	if p == nil || p.Deleting || p.Image != d.image() || !stalled(p) || d.imageRuns(p.Image) {
+		return "", false
+	}
+	return fmt.Sprintf("%s cannot run: the kubelet says %s: %s; set spec.version to a version that runs", p.Image, p.Waiting, p.WaitingMessage), true
 }
 
 // joinList is the --initial-cluster of a member joining now: every member

@@ -90,6 +90,10 @@ func (w *world) noPod(names ...string) *world {
 
 // noQuorum: no member knows a leader, so nobody lists the members.
 func (w *world) noQuorum() *world {
+	// A member that answers still lists the members from its own store.
+	if w.obs.Etcd.Answered > 0 {
+		w.obs.Etcd.Listed = w.obs.Etcd.Members
+	}
 	w.obs.Etcd.Leader, w.obs.Etcd.LeaderPod, w.obs.Etcd.Members = "", "", nil
 	return w
 }
@@ -365,9 +369,9 @@ func TestNeverStuck(t *testing.T) {
 		{name: "3: a learner left with an image that does not pull gets the right one once spec.version is set back",
 			in: in(4, "v3.6.16"), obs: newWorld(3).do(joining(3, ic("example-0", "example-1", "example-2", "example-3"), "Pending", "ImagePullBackOff")).do(func(w *world) { w.pod("example-3").Image = repo + ":v3.7.99" }).obs,
 			action: actUpgrade, member: "example-3", msg: "giving it " + repo + ":v3.6.16"},
-		{name: "3: a learner waiting for the image spec.version asks for is left alone",
+		{name: "3: a learner waiting for the image spec.version asks for is left alone, and the status says why",
 			in: in(4, "v3.7.99"), obs: newWorld(3).do(joining(3, ic("example-0", "example-1", "example-2", "example-3"), "Pending", "ImagePullBackOff")).do(func(w *world) { w.pod("example-3").Image = repo + ":v3.7.99" }).obs,
-			msg: "waiting for learner example-3 to start: example-3 ImagePullBackOff"},
+			msg: "member example-3 cannot start: " + repo + ":v3.7.99 cannot run: the kubelet says ImagePullBackOff"},
 		{name: "4: a new cluster's Pods that never ran are made again with the fixed version",
 			in: fresh, obs: newWorld(3).do(func(w *world) {
 				w.obs.Etcd = etcdView{}

@@ -226,7 +226,10 @@ func (f *fakeAPI) serveEtcdLocked(w http.ResponseWriter, ns, podName, path, body
 		}
 		return out
 	}
-	if path != "/v3/maintenance/status" && leader == nil {
+	// Without a leader a member still answers from its own store what a
+	// serializable read asks (the member list with linearizable false).
+	serializable := path == "/v3/cluster/member/list" && !strings.Contains(body, `"linearizable":true`)
+	if path != "/v3/maintenance/status" && leader == nil && !serializable {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		w.Write(mustJSON(map[string]any{"error": "etcdserver: request timed out", "code": 14, "message": "etcdserver: request timed out"}))
 		return

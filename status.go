@@ -72,6 +72,8 @@ const (
 	reasonStepFailed            = "StepFailed"
 	reasonDeleting              = "Deleting"
 	reasonRepairingImage        = "RepairingImage"
+	reasonVersionCannotRun      = "VersionCannotRun"
+	reasonPodStuck              = "PodStuck"
 
 	// Events only.
 	reasonClusterCreated = "ClusterCreated"
@@ -147,8 +149,8 @@ func (d *decision) unavailable() step {
 	case len(d.obs.Pods) == 0:
 		reason = reasonDataLost
 		msg = fmt.Sprintf("all %d members are gone and their data with them (emptyDir): etcd cannot recover by itself. Delete this EtcdCluster and create it again, then restore your data from a backup (etcdctl snapshot restore)", size)
-	case d.obs.Etcd.Listed == nil && len(d.in.Prev.Members) == 0:
-		// Neither etcd nor a status says who the members are.
+	case d.obs.Etcd.Listed == nil && d.obs.Etcd.Answered == 0:
+		// No member answers: etcd says nothing of who the members are.
 		reason = reasonQuorumLost
 		msg = fmt.Sprintf("quorum lost: no member answers (%s). etcd cannot recover by itself with its data on emptyDir; if the missing members come back, the cluster recovers without help. Otherwise delete this EtcdCluster and create it again from a backup (etcdctl snapshot restore)", d.podSummary(podNames(d.obs.Pods)))
 	default:
@@ -318,7 +320,7 @@ func (d *decision) cannotProceed() []notice {
 // warns reports the Progressing reasons that get a Warning Event.
 func warns(reason string) bool {
 	switch reason {
-	case reasonVersionRefused, reasonUpgradeStalled, reasonUpgradeNeedsMembers, reasonQuorumLost, reasonDataLost:
+	case reasonVersionRefused, reasonUpgradeStalled, reasonUpgradeNeedsMembers, reasonQuorumLost, reasonDataLost, reasonVersionCannotRun:
 		return true
 	}
 	return false

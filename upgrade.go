@@ -134,6 +134,15 @@ func stalled(p *podView) bool {
 	return false
 }
 
+// neverPulled reports a container whose image the kubelet cannot pull.
+func neverPulled(p *podView) bool {
+	switch p.Waiting {
+	case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull":
+		return true
+	}
+	return false
+}
+
 // neverRan reports a Pod whose etcd has not started once: not scheduled,
 // or its image not pulled (Pending is the phase until a container runs).
 func neverRan(p *podView) bool { return p.Phase == "Pending" }

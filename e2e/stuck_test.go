@@ -66,7 +66,7 @@ func TestNeverStuck(t *testing.T) {
 		}
 		d.apply(4, "v3.7.99")
 		st := d.wait("a learner in ImagePullBackOff", 3*time.Minute, func(st e2eStatus) bool {
-			return st.reason("Progressing") == "WaitingForLearner" && strings.Contains(st.Message, "ImagePullBackOff")
+			return st.reason("Progressing") == "VersionCannotRun" && strings.Contains(st.Message, "ImagePullBackOff")
 		})
 		t.Logf("with v3.7.99: %s", st.Message)
 		d.apply(4, "v3.6.16")
