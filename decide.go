@@ -384,6 +384,16 @@ func (d *decision) bootstrap() step {
 			msg := fmt.Sprintf("deleting Pod %s, which never ran %s, to create it again with %s", m, p.Image, d.image())
 			return d.progress(phaseCreating, reasonWaitingForMembers, msg, step{Action: actDeletePod, Member: m, Delete: "pods"})
 		}
+		// A Pod that Failed (evicted) is not restarted by the kubelet;
+		// the cluster never formed, so it is made again.
+		if p := d.pods[m]; p != nil && (p.Phase == "Failed" || p.Phase == "Succeeded") && !p.Deleting && !d.formed() {
+			msg := fmt.Sprintf("deleting Pod %s, which is %s, to create it again", m, p.Phase)
+			return d.progress(phaseCreating, reasonWaitingForMembers, msg, step{Action: actDeletePod, Member: m, Delete: "pods"})
+		}
+	}
+	if s, ok := d.repairImages(); ok {
+		d.st.Phase = phaseCreating
+		return s
 	}
 	for _, m := range names {
 		if p := d.pods[m]; p != nil && p.Overdue {
@@ -468,26 +478,19 @@ func (d *decision) markFormed() (step, bool) {
 }
 
 // 1c. A member that is down because the kubelet cannot run its image (a
-// version that does not pull, or crashes) gets the image new members run
-// again. Restarting a member that is down costs nothing, so this needs no
-// quorum: it may be what brings the quorum back.
+// version that does not pull, or that crashes where no member that answers
+// runs it) gets the image new members run, which is always one etcd can
+// move to from the cluster's version. Restarting a member that is down
+// costs nothing, so this needs no quorum: it may be what brings it back.
 func (d *decision) repairImages() (step, bool) {
 	for _, p := range d.obs.Pods {
-		if !d.isMember(p.Name) || p.Deleting || p.Image == d.image() || d.imageRuns(p.Image) || !neverPulled(&p) && !d.rollsBack(&p) {
+		if p.Deleting || p.Image == d.image() || d.imageRuns(p.Image) || !neverPulled(&p) && p.Waiting != "CrashLoopBackOff" {
 			continue
 		}
 		msg := fmt.Sprintf("member %s cannot start %s (%s): giving it %s again", p.Name, p.Image, p.Waiting, d.image())
 		return d.progress(phaseDegraded, reasonRepairingImage, msg, d.imageStep(p.Name, d.image())), true
 	}
 	return step{}, false
-}
-
-// rollsBack reports a member in a crash loop on a version above the one
-// new members get: setting spec.version back after an upgrade that did not
-// run. A crash loop on any other version is no image's fault to repair.
-func (d *decision) rollsBack(p *podView) bool {
-	tag := func(image string) string { return image[strings.LastIndexByte(image, ':')+1:] }
-	return p.Waiting == "CrashLoopBackOff" && isVersion(tag(p.Image)) && isVersion(tag(d.image())) && versionLess(tag(d.image()), tag(p.Image))
 }
 
 // imageRuns reports whether a member that answered runs image: then a
@@ -499,16 +502,6 @@ func (d *decision) imageRuns(image string) bool {
 		}
 	}
 	return false
-}
-
-// isMember reports whether name is a member: in etcd's list, or without
-// one, in the last status's.
-func (d *decision) isMember(name string) bool {
-	list := d.obs.Etcd.Listed
-	if list == nil {
-		return slices.ContainsFunc(d.in.Prev.Members, func(m memberStatus) bool { return m.Name == name })
-	}
-	return slices.ContainsFunc(list, func(m memberView) bool { return m.member() == name })
 }
 
 // 2. Without a leader that lists the members and a healthy quorum of
@@ -643,6 +636,9 @@ func (d *decision) cannotRunStep(p *podView) bool {
 func (d *decision) cannotRun(p *podView) (string, bool) {
 	if p == nil || p.Deleting || p.Image != d.image() || !stalled(p) || d.imageRuns(p.Image) {
 		return "", false
+	}
+	if p.Waiting == "CrashLoopBackOff" {
+		return fmt.Sprintf("etcd keeps exiting with %s (CrashLoopBackOff: %s), and no member that answers runs it: if the version is bad, set spec.version to one that runs; if the members' data is lost, restore from a backup", p.Image, p.WaitingMessage), true
 	}
 	return fmt.Sprintf("%s cannot run: the kubelet says %s: %s; set spec.version to a version that runs", p.Image, p.Waiting, p.WaitingMessage), true
 }

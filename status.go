@@ -220,26 +220,49 @@ func (d *decision) reportMembers() {
 			d.st.Members = append(d.st.Members, m)
 		}
 		d.st.CurrentVersion = d.in.Prev.CurrentVersion
+		list := etcd.Listed
+		if list == nil {
+			for _, m := range d.in.Prev.Members {
+				list = append(list, memberView{Name: m.Name})
+			}
+		}
+		if v := d.lowestVersion(list); v != "" && versionLess(v, d.st.CurrentVersion) {
+			d.st.CurrentVersion = v
+		}
 		return
 	}
-	lowest := ""
 	for _, m := range etcd.Members {
 		ms := memberStatus{Name: m.member(), ID: hexID(m.ID), Ready: d.healthy(m) && !m.Learner, Leader: m.ID == etcd.Leader, Learner: m.Learner, Version: m.Version}
 		d.st.Members = append(d.st.Members, ms)
 		if ms.Ready {
 			d.st.ReadyMembers++
 		}
-		// A member that does not answer now counts with the version it
-		// last reported: etcd's cluster version does not move while it is
-		// down either.
-		v := cmp.Or(m.Version, d.prevVersion(m.member()))
+	}
+	lowest := d.lowestVersion(etcd.Members)
+	// The cluster's version is its lowest member's, as etcd's own cluster
+	// version is.
+	d.st.CurrentVersion = cmp.Or(lowest, d.in.Prev.CurrentVersion)
+}
+
+// lowestVersion is the lowest version among members, those down included:
+// etcd's cluster version does not move while one is down either.
+func (d *decision) lowestVersion(members []memberView) string {
+	lowest := ""
+	for _, m := range members {
+		// A member that does not answer comes back with the version of
+		// its Pod's image, or else the one it last reported.
+		v := m.Version
+		if p := d.pods[m.member()]; v == "" && p != nil {
+			if tag := strings.TrimPrefix(p.Image[strings.LastIndexByte(p.Image, ':')+1:], "v"); isVersion(tag) {
+				v = tag
+			}
+		}
+		v = cmp.Or(v, d.prevVersion(m.member()))
 		if v != "" && (lowest == "" || versionLess(v, lowest)) {
 			lowest = v
 		}
 	}
-	// The cluster's version is its lowest member's, as etcd's own cluster
-	// version is.
-	d.st.CurrentVersion = cmp.Or(lowest, d.in.Prev.CurrentVersion)
+	return lowest
 }
 
 // hexID writes a member ID the way etcdctl prints it.

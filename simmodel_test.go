@@ -1,0 +1,1152 @@
+// A model of etcd, the kubelet and the operator's act() for the
+// deterministic simulation in sim_test.go.
+//
+// The model is one etcd cluster and the Pods and Services of one
+// EtcdCluster. It keeps only what the operator's rules depend on, and each
+// rule says which etcd or Kubernetes behaviour it stands for:
+//
+//   - etcd: member IDs, learners (one at a time), promotion of a learner
+//     that has caught up, a leader only with a quorum of started, running
+//     voters, the strict reconfiguration checks, the checks a starting
+//     member makes of its flags and data, and the cluster version, which
+//     only goes up.
+//   - the kubelet: scheduling (a cordoned node leaves new Pods Pending),
+//     image pulls, restarts with back-off, readiness probes that lag,
+//     graceful and stuck deletion, eviction. A member's data lives on the
+//     Pod's emptyDir and goes with it.
+//   - the operator: observe, the real decide, act and the status write of
+//     main.go, one request at a time, so that the operator can die between
+//     any two of them.
+//
+// Time moves only in tick(): a pass of the operator takes no time, and
+// nothing happens inside a pass but what the operator does.
+package main
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+)
+
+const (
+	simBase  = "sim"
+	simToken = "sim-token" // --initial-cluster-token: bootstrap member IDs hash it
+)
+
+// simMember is one member in etcd's member list.
+type simMember struct {
+	ID      uint64
+	Name    string // published once the member has started; etcd lists "" before
+	Host    string // the host of its peer URL: its Pod's and Service's name
+	Learner bool
+}
+
+func (mb *simMember) started() bool { return mb.Name != "" }
+
+// simEtcd is the etcd cluster. It exists while some Pod holds a member's
+// data: with every emptyDir gone, so is the cluster.
+type simEtcd struct {
+	ID      uint64
+	Members []*simMember // sorted by ID, the order of etcd's member list
+	Leader  uint64       // elected at a tick; checked for validity when read
+	Minor   int          // the cluster version's minor: it never goes down
+	Initial string       // the --initial-cluster it was bootstrapped with
+}
+
+func (c *simEtcd) byID(id uint64) *simMember {
+	for _, mb := range c.Members {
+		if mb.ID == id {
+			return mb
+		}
+	}
+	return nil
+}
+
+func (c *simEtcd) byHost(host string) *simMember {
+	for _, mb := range c.Members {
+		if mb.Host == host {
+			return mb
+		}
+	}
+	return nil
+}
+
+func (c *simEtcd) voters() int {
+	n := 0
+	for _, mb := range c.Members {
+		if !mb.Learner {
+			n++
+		}
+	}
+	return n
+}
+
+// simPod is one member Pod and the etcd process in it.
+type simPod struct {
+	Name, Image           string
+	State, InitialCluster string // the etcd flags it was created with
+	Phase                 string // Pending, Running or Failed
+	Scheduled             bool   // bound to a node (a cordoned node takes no new Pods)
+	Deleting              bool   // deletionTimestamp set
+	Stuck                 bool   // its node is lost: deleting forever
+	GoneAt                int    // tick at which a graceful deletion completes
+	Waiting, WaitingMsg   string
+	Restarts              int
+	Ready                 bool // the kubelet's last readiness probe
+	ran                   bool // the container ran once: restarts count from then
+	Up                    bool // the etcd process runs and serves
+	UpSince               int  // tick it started: a learner has caught up a tick later
+	Data                  uint64
+	Exit                  string // why etcd last exited, for traces and liveness reports
+	brokenCrashed         bool   // the broken release crashed on this Pod once
+	// staleData: the data of a member of a cluster that is gone (Data is
+	// then 0). A cluster bootstrapped again has the same member IDs, but
+	// this data is not of it: etcd fails on it.
+	staleData bool
+}
+
+// view is the podView observe.go builds from the Pod's JSON.
+func (p *simPod) view() podView {
+	// A stuck Pod's grace period ends and it stays: overdue.
+	return podView{Name: p.Name, Phase: p.Phase, Ready: p.Ready, Deleting: p.Deleting, Overdue: p.Stuck, Image: p.Image,
+		Waiting: p.Waiting, WaitingMessage: p.WaitingMsg,
+		InitialCluster: p.InitialCluster, State: p.State}
+}
+
+// Versions. Tags are spec.version values; unpullable and broken ones model
+// the two ways a version cannot run.
+const (
+	simV36     = "v3.6.16"
+	simV37     = "v3.7.3"
+	simRefused = "v3.9.0"  // two minors up: the operator must refuse it
+	simNoImage = "v3.7.99" // no registry has it: ImagePullBackOff
+	simBrokenV = "v3.7.1"  // a broken release: runs a tick, then crash-loops
+)
+
+func tagOf(image string) string { return image[strings.LastIndexByte(image, ':')+1:] }
+
+func minorOf(tag string) int {
+	v, ok := parseVersion(tag)
+	if !ok || v[0] != 3 {
+		return -100
+	}
+	return v[1]
+}
+
+func brokenImage(image string) bool { return strings.HasSuffix(image, ":"+simBrokenV) }
+
+// model is the world of one simulated run.
+type model struct {
+	rng      *rand.Rand
+	now      int
+	spec     clusterSpec
+	gen      int64
+	status   clusterStatus // the EtcdCluster's status: in.Prev of the next pass
+	pods     map[string]*simPod
+	svcs     map[string]bool
+	etcd     *simEtcd
+	cordoned bool
+	// formed: the operator has recorded a cluster ID (a status written
+	// with it, or the annotation): what it saw but did not record, a
+	// restart forgets. statusLost: the status
+	// was lost since (the operator cannot know the cluster formed).
+	formed, statusLost bool
+	// formedID is the cluster ID the operator recorded in the
+	// EtcdCluster's annotations: a lost status keeps it.
+	formedID string
+	usedIDs  map[uint64]bool
+	ran      map[uint64]string // member ID -> the version its process last ran
+	accepted map[string]bool   // spec versions that could run when set
+
+	// The pass under way: requests made, the request the operator dies
+	// before (-1: none), whether status writes are lost.
+	reqs, killAt int
+	lose         bool
+
+	fails  []*simFailure // the first failure of each kind, in order
+	trace  func(format string, args ...any)
+	passes int // passes run
+	at     int // the schedule entry being run
+	quiet  bool
+	last   map[string]string // traceOnce's last line by key
+}
+
+func newModel(seed uint64, spec clusterSpec) *model {
+	m := &model{
+		rng:  rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		spec: spec, gen: 1,
+		pods: map[string]*simPod{}, svcs: map[string]bool{},
+		usedIDs: map[uint64]bool{}, ran: map[uint64]string{}, accepted: map[string]bool{},
+		killAt: -1,
+	}
+	if m.runnable(spec.Version) {
+		m.accepted[spec.Version] = true
+	}
+	return m
+}
+
+func (m *model) tracef(format string, args ...any) {
+	if m.trace != nil {
+		m.trace(fmt.Sprintf("t%d ", m.now)+format, args...)
+	}
+}
+
+// traceOnce traces a line unless, in the quiet tail, it repeats the last
+// one of its key.
+func (m *model) traceOnce(key, line string) {
+	if m.trace == nil || m.quiet && m.last[key] == line {
+		return
+	}
+	if m.last == nil {
+		m.last = map[string]string{}
+	}
+	m.last[key] = line
+	m.tracef("%s", line)
+}
+
+// failf records a violated rule, the first of each kind. The run goes on:
+// one violation should not hide the others.
+func (m *model) failf(kind, format string, args ...any) {
+	for _, f := range m.fails {
+		if f.Kind == kind {
+			return
+		}
+	}
+	f := &simFailure{Kind: kind, Detail: fmt.Sprintf(format, args...), At: m.at}
+	m.fails = append(m.fails, f)
+	m.tracef("FAIL %s: %s", kind, f.Detail)
+}
+
+func (m *model) podNames() []string {
+	names := make([]string, 0, len(m.pods))
+	for n := range m.pods {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func (m *model) svcNames() []string {
+	names := make([]string, 0, len(m.svcs))
+	for n := range m.svcs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// ---- etcd ----
+
+// running: the member's process runs in its Pod, with its data.
+func (m *model) running(mb *simMember) bool {
+	p := m.pods[mb.Host]
+	return p != nil && p.Up && p.Data == mb.ID
+}
+
+func (m *model) runningVoters() int {
+	n := 0
+	for _, mb := range m.etcd.Members {
+		if !mb.Learner && m.running(mb) {
+			n++
+		}
+	}
+	return n
+}
+
+// leaderID is the leader, 0 when there is none: a leader that stopped, was
+// removed, or lost its quorum (etcd's check-quorum) leads no more. A new one
+// is elected at the next tick.
+func (m *model) leaderID() uint64 {
+	c := m.etcd
+	if c == nil || c.Leader == 0 {
+		return 0
+	}
+	l := c.byID(c.Leader)
+	if l == nil || l.Learner || !m.running(l) || m.runningVoters() < quorum(c.voters()) {
+		return 0
+	}
+	return l.ID
+}
+
+// elect: with a quorum of started, running voters, one of them leads.
+func (m *model) elect() {
+	c := m.etcd
+	if c == nil || m.leaderID() != 0 {
+		return
+	}
+	c.Leader = 0
+	var up []*simMember
+	for _, mb := range c.Members {
+		if !mb.Learner && m.running(mb) {
+			up = append(up, mb)
+		}
+	}
+	if len(up) == 0 || len(up) < quorum(c.voters()) {
+		return
+	}
+	c.Leader = up[m.rng.IntN(len(up))].ID
+	m.tracef("etcd: %s elected leader", c.byID(c.Leader).Host)
+}
+
+// newID is an added member's ID: etcd hashes the peer URLs with the time,
+// so an ID is never used twice.
+func (m *model) newID() uint64 {
+	for {
+		id := m.rng.Uint64()
+		if id != 0 && !m.usedIDs[id] {
+			m.usedIDs[id] = true
+			return id
+		}
+	}
+}
+
+// bootstrapID is a static bootstrap member's ID: a hash of its peer URL
+// and the cluster token, so a cluster bootstrapped again from the same
+// flags has the same IDs.
+func bootstrapID(peerURL string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(simToken + "|" + peerURL))
+	return h.Sum64() | 1
+}
+
+func simParseIC(s string) (names, urls []string) {
+	for _, part := range strings.Split(s, ",") {
+		n, u, _ := strings.Cut(part, "=")
+		names = append(names, n)
+		urls = append(urls, u)
+	}
+	return names, urls
+}
+
+func (m *model) sortMembers() {
+	slices.SortFunc(m.etcd.Members, func(a, b *simMember) int { return cmp.Compare(a.ID, b.ID) })
+}
+
+// bootstrapCluster is a member with empty data and state "new" when no
+// cluster exists: etcd creates one from --initial-cluster.
+func (m *model) bootstrapCluster(p *simPod) {
+	c := &simEtcd{Initial: p.InitialCluster, Minor: minorOf(tagOf(p.Image))}
+	_, urls := simParseIC(p.InitialCluster)
+	h := fnv.New64a()
+	for _, u := range urls {
+		// A cluster bootstrapped again from the same flags has the same
+		// IDs: etcd's own Pods do that after the data is gone. The
+		// operator never does it after the cluster formed (createPod).
+		id := bootstrapID(u)
+		m.usedIDs[id] = true
+		delete(m.ran, id)
+		host := strings.TrimSuffix(strings.TrimPrefix(u, "http://"), fmt.Sprintf(":%d", peerPort))
+		c.Members = append(c.Members, &simMember{ID: id, Host: host})
+		fmt.Fprint(h, id)
+	}
+	c.ID = h.Sum64()
+	m.etcd = c
+	m.sortMembers()
+	m.tracef("etcd: %s bootstraps a new cluster %x of %d members", p.Name, c.ID, len(c.Members))
+}
+
+// matchesMembers is etcd's check of a joining member's --initial-cluster
+// (state "existing"): the peer URLs must be those of every member, and a
+// started member's name must be the one listed.
+func (m *model) matchesMembers(initialCluster string) bool {
+	names, urls := simParseIC(initialCluster)
+	if len(urls) != len(m.etcd.Members) {
+		return false
+	}
+	for _, mb := range m.etcd.Members {
+		i := slices.Index(urls, peerURL(mb.Host))
+		if i < 0 || mb.started() && names[i] != mb.Name {
+			return false
+		}
+	}
+	return true
+}
+
+// start runs etcd in p: the checks etcd makes when it starts, with the
+// Pod's data and flags. It returns why etcd exits, "" when it runs.
+func (m *model) start(p *simPod) string {
+	tag := tagOf(p.Image)
+	var mb *simMember
+	switch {
+	case p.staleData:
+		return "stale: its data is of a cluster that is gone"
+	case p.Data != 0:
+		// Restarting on its data: etcd ignores the --initial-cluster flags.
+		if m.etcd == nil || m.etcd.byID(p.Data) == nil {
+			return "removed: the member has been permanently removed from the cluster"
+		}
+		mb = m.etcd.byID(p.Data)
+	case p.State == "new":
+		if m.etcd == nil {
+			m.bootstrapCluster(p)
+			if mb = m.etcd.byHost(p.Name); mb == nil {
+				return "config: couldn't find local name in the initial cluster configuration"
+			}
+			break
+		}
+		mb = m.etcd.byHost(p.Name)
+		switch {
+		case mb == nil || p.InitialCluster != m.etcd.Initial:
+			return "mismatch: request cluster ID mismatch"
+		case mb.started():
+			// Raft amnesia: the member's log is gone and the leader's
+			// commit index is beyond it.
+			return "amnesia: tocommit out of range, was the raft log corrupted, truncated, or lost?"
+		}
+	default: // "existing"
+		if m.etcd == nil {
+			return "noinfo: could not retrieve cluster information from the given URLs"
+		}
+		reachable := false
+		for _, o := range m.etcd.Members {
+			reachable = reachable || o.started() && m.running(o)
+		}
+		if !reachable {
+			return "noinfo: could not retrieve cluster information from the given URLs"
+		}
+		if !m.matchesMembers(p.InitialCluster) {
+			return "peerURLs: error validating peerURLs: member count is unequal or URLs differ"
+		}
+		mb = m.etcd.byHost(p.Name)
+		if mb.started() {
+			return "amnesia: tocommit out of range, was the raft log corrupted, truncated, or lost?"
+		}
+	}
+	// The cluster version only goes up, and a binary runs only within one
+	// minor of it.
+	switch minor := minorOf(tag); {
+	case minor < m.etcd.Minor:
+		return "downgrade: the running cluster version is higher than this binary supports"
+	case minor > m.etcd.Minor+1:
+		return "version: the cluster version is too low for this binary"
+	}
+	if brokenImage(p.Image) && p.brokenCrashed {
+		return "broken: panic in the release"
+	}
+	p.Up, p.UpSince, p.Data, p.Exit = true, m.now, mb.ID, ""
+	mb.Name = p.Name
+	m.ran[mb.ID] = strings.TrimPrefix(tag, "v")
+	return ""
+}
+
+// stop ends p's etcd process: the kubelet marks the Pod unready at once.
+func (m *model) stop(p *simPod, why string) {
+	if p.Up {
+		m.tracef("etcd in %s stops: %s", p.Name, why)
+	}
+	p.Up, p.Ready = false, false
+	p.Exit = why
+}
+
+// crash: etcd exits; the kubelet restarts it after a back-off.
+func (m *model) crash(p *simPod, why string) {
+	m.stop(p, why)
+	p.Waiting, p.WaitingMsg = "CrashLoopBackOff", fmt.Sprintf("back-off 10s restarting failed container=etcd pod=%s", p.Name)
+}
+
+// reap: with no member's data left on any Pod, the cluster is gone.
+func (m *model) reap() {
+	if m.etcd == nil {
+		return
+	}
+	for _, p := range m.pods {
+		if p.Data != 0 && m.etcd.byID(p.Data) != nil {
+			return
+		}
+	}
+	m.tracef("etcd: the cluster's data is gone with its Pods")
+	m.etcd = nil
+	for _, p := range m.pods {
+		if p.Data != 0 {
+			p.Data, p.staleData = 0, true // a removed member's
+		}
+	}
+}
+
+// dataAlive: a member's data is on a Pod that is not going away.
+func (m *model) dataAlive() bool {
+	if m.etcd == nil {
+		return false
+	}
+	for _, p := range m.pods {
+		if p.Data != 0 && !p.Deleting && m.etcd.byID(p.Data) != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// ---- the kubelet and time ----
+
+// tick moves time on: deletions complete, the kubelet (re)starts
+// containers, etcd elects a leader and raises its version, readiness
+// probes run.
+func (m *model) tick() {
+	m.now++
+	for _, n := range m.podNames() {
+		if p := m.pods[n]; p.Deleting && !p.Stuck && p.GoneAt <= m.now {
+			m.tracef("pod %s is gone", n)
+			delete(m.pods, n)
+		}
+	}
+	m.reap()
+	for _, n := range m.podNames() {
+		// The broken release runs a tick, then panics, and panics at every
+		// start after that on this Pod.
+		if p := m.pods[n]; p.Up && brokenImage(p.Image) && p.UpSince < m.now {
+			p.brokenCrashed = true
+			m.crash(p, "broken: panic in the release")
+		}
+	}
+	for _, n := range m.podNames() {
+		p := m.pods[n]
+		if p.Phase == "Failed" || p.Deleting || p.Up {
+			continue
+		}
+		if !p.Scheduled {
+			if m.cordoned {
+				continue // Pending: no node takes it
+			}
+			p.Scheduled = true
+		}
+		if unpullable(p.Image) {
+			p.Waiting, p.WaitingMsg = "ImagePullBackOff", fmt.Sprintf("Back-off pulling image %q", p.Image)
+			continue
+		}
+		if p.ran {
+			p.Restarts++
+		}
+		p.ran, p.Phase = true, "Running"
+		if why := m.start(p); why != "" {
+			if p.Exit != why {
+				m.tracef("etcd in %s exits: %s", n, why)
+			}
+			m.crash(p, why)
+			continue
+		}
+		p.Waiting, p.WaitingMsg = "", ""
+		m.tracef("etcd in %s runs as member %x (%s)", n, p.Data, tagOf(p.Image))
+	}
+	m.elect()
+	if c := m.etcd; c != nil && m.leaderID() != 0 {
+		// The leader raises the cluster version to its members' lowest,
+		// once every member reports one.
+		low, all := 1<<20, true
+		for _, mb := range c.Members {
+			if p := m.pods[mb.Host]; m.running(mb) {
+				low = min(low, minorOf(tagOf(p.Image)))
+			} else {
+				all = false
+			}
+		}
+		if all && low > c.Minor {
+			m.tracef("etcd: cluster version 3.%d", low)
+			c.Minor = low
+		}
+	}
+	// Readiness: etcd's /readyz passes for a started voter of a cluster
+	// with a leader.
+	leader := m.leaderID()
+	for _, p := range m.pods {
+		p.Ready = false
+		if p.Up && !p.Deleting && leader != 0 {
+			if mb := m.etcd.byID(p.Data); mb != nil && !mb.Learner {
+				p.Ready = true
+			}
+		}
+	}
+}
+
+// ---- faults and spec changes ----
+
+// deletePod starts a graceful deletion: etcd gets SIGTERM and exits, the
+// Pod is gone (with its emptyDir) after the grace period.
+func (m *model) deletePod(p *simPod) {
+	if p.Deleting {
+		return
+	}
+	// A Pod that never ran is gone at the next tick; one that runs takes
+	// its grace period, one or two ticks.
+	p.Deleting, p.GoneAt = true, m.now+1
+	if p.ran {
+		p.GoneAt += m.rng.IntN(2)
+	}
+	m.stop(p, "deleted")
+}
+
+func (m *model) kill(p *simPod) { m.crash(p, "killed") }
+
+// wipe loses a member's data while its Pod lives: etcd fails, and every
+// restart starts from an empty data dir.
+func (m *model) wipe(p *simPod) {
+	p.Data, p.staleData = 0, false
+	m.crash(p, "wiped: data dir lost")
+	m.reap()
+}
+
+// strand loses the Pod's node: the Pod is Terminating forever and what ran
+// there, data included, is out of reach.
+func (m *model) strand(p *simPod) {
+	p.Deleting, p.Stuck, p.Data = true, true, 0
+	m.stop(p, "node lost")
+	m.reap()
+}
+
+// evict: the kubelet kills the Pod for node pressure; it stays, Failed,
+// and its emptyDir is cleaned up.
+func (m *model) evict(p *simPod) {
+	p.Phase, p.Data, p.Waiting, p.WaitingMsg = "Failed", 0, "", ""
+	m.stop(p, "evicted")
+	m.reap()
+}
+
+// runnable: a version etcd can run now: one the registry has, not broken,
+// and within one minor of the cluster's version.
+func (m *model) runnable(v string) bool {
+	img := repo + ":" + v
+	return !unpullable(img) && !brokenImage(img) && m.acceptable(v)
+}
+
+// acceptable: etcd runs the version in this cluster: the same minor as the
+// cluster version or the next one (no cluster yet: any 3.x).
+func (m *model) acceptable(v string) bool {
+	minor := minorOf(v)
+	if m.etcd == nil {
+		return minor >= 0
+	}
+	return minor == m.etcd.Minor || minor == m.etcd.Minor+1
+}
+
+// ---- observe: exactly what observe.go builds ----
+
+// observe builds what a pass of observe.go sees: every Pod of the cluster;
+// every Service; etcd's /v3/maintenance/status from each Running Pod with
+// a podIP and no deletionTimestamp, then the leader's member list.
+func (m *model) observe() observed {
+	var obs observed
+	var running []*simPod
+	for _, n := range m.podNames() {
+		p := m.pods[n]
+		obs.Pods = append(obs.Pods, p.view())
+		// A Pod gets its podIP when it is bound and its sandbox runs.
+		if p.Phase == "Running" && p.Scheduled && !p.Deleting {
+			running = append(running, p)
+		}
+	}
+	obs.Services = m.svcNames()
+	v := &obs.Etcd
+	if len(running) > 0 {
+		v.AnsweredPods = []string{}
+	}
+	answered := map[uint64]bool{}
+	podOf := map[string]string{}
+	leader := m.leaderID()
+	for _, p := range running {
+		if !p.Up {
+			continue // connection refused
+		}
+		mb := m.etcd.byID(p.Data)
+		answered[mb.ID] = true
+		podOf[fmt.Sprint(mb.ID)] = p.Name
+		v.AnsweredPods = append(v.AnsweredPods, p.Name)
+		if !mb.Learner {
+			v.AnsweredVoters++
+		}
+		v.ClusterID = cmp.Or(v.ClusterID, fmt.Sprint(m.etcd.ID))
+		if leader != 0 && v.Leader == "" {
+			v.Leader = fmt.Sprint(leader)
+		}
+	}
+	v.Answered = len(answered)
+	leaderPod, ok := podOf[v.Leader]
+	if !ok {
+		if len(answered) > 0 {
+			v.Listed = m.memberViews(answered)
+		}
+		return obs
+	}
+	v.LeaderPod = leaderPod
+	v.Members = m.memberViews(answered)
+	v.Listed = v.Members
+	return obs
+}
+
+// memberViews is etcd's member list as observe.go reads it.
+func (m *model) memberViews(answered map[uint64]bool) []memberView {
+	views := []memberView{}
+	for _, mb := range m.etcd.Members {
+		mv := memberView{ID: fmt.Sprint(mb.ID), Name: mb.Name, PeerHost: mb.Host, Learner: mb.Learner}
+		if answered[mb.ID] {
+			mv.Answered, mv.Version = true, strings.TrimPrefix(tagOf(m.pods[mb.Host].Image), "v")
+		}
+		views = append(views, mv)
+	}
+	return views
+}
+
+// ---- the operator: reconcile() and act() of main.go ----
+
+var errSimKilled = errors.New("the operator was killed")
+
+// simErr is an answer that is not a success: its HTTP code and message
+// (etcd's own words for a refusal).
+type simErr struct {
+	code int
+	msg  string
+}
+
+func (e *simErr) Error() string { return fmt.Sprintf("%d: %s", e.code, e.msg) }
+
+// simIsRefused is etcdRefused for the model's errors.
+func simIsRefused(err error, words ...string) bool {
+	var e *simErr
+	if !errors.As(err, &e) {
+		return false
+	}
+	for _, w := range words {
+		if strings.Contains(e.msg, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// request is one request of the operator: with killAt = k, k requests go
+// through and the operator dies before the next.
+func (m *model) request(what string) error {
+	m.reqs++
+	if m.killAt >= 0 && m.reqs > m.killAt {
+		m.tracef("operator killed before %s", what)
+		return errSimKilled
+	}
+	return nil
+}
+
+func (m *model) input() input {
+	return input{Name: simBase, Base: simBase, Repo: repo, Gen: m.gen, Spec: m.spec, Prev: m.status, Namespace: "default", UID: "sim-uid", FormedID: m.formedID}
+}
+
+func simTime(now int) time.Time {
+	return time.Unix(1_700_000_000, 0).Add(time.Duration(now) * 2 * time.Second)
+}
+
+// pass is reconcile(): observe -> decide -> act, up to maxSteps times,
+// each step's status written after it. kill: the operator dies after that
+// many requests (-1: never); lose: status writes fail. A restarted
+// operator has no memory but the status, so the next pass is the restart.
+func (m *model) pass(kill int, lose bool) {
+	m.passes++
+	m.reqs, m.killAt, m.lose = 0, kill, lose
+	defer func() { m.killAt, m.lose = -1, false }()
+	in := m.input()
+	for range maxSteps {
+		obs := m.observe()
+		tr := m.truth()
+		st, s, ok := m.decide(in, obs)
+		if !ok {
+			return
+		}
+		m.traceOnce("decide", fmt.Sprintf("decide: %s %s | %s %s: %s", cmp.Or(s.Action, "-"), s.Member, st.Phase, st.Ready, st.Message))
+		m.checkStatus(st, tr)
+		if s.Action == actNone {
+			m.writeStatus(in.Prev, st)
+			return
+		}
+		m.checkStep(s)
+		again, err := m.act(in, obs, s)
+		if errors.Is(err, errSimKilled) {
+			return
+		}
+		if err != nil {
+			m.failed(in.Prev, st, err)
+			return
+		}
+		if m.writeStatus(in.Prev, st) != nil {
+			return
+		}
+		in.Prev = st
+		if s.Action == actMarkFormed {
+			in.FormedID = m.formedID
+		}
+		if again > 0 || s.Last {
+			return
+		}
+	}
+}
+
+// decide calls the real decide; a panic is a finding like any other.
+func (m *model) decide(in input, obs observed) (st clusterStatus, s step, ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			m.failf("panic", "decide panicked: %v", r)
+		}
+	}()
+	st, s = decide(in, obs)
+	return st, s, true
+}
+
+// writeStatus is main.go's writeStatus: only a status that says something
+// new is written.
+func (m *model) writeStatus(prev, st clusterStatus) error {
+	st.stampTransitions(simTime(m.now))
+	if jsonEqual(prev, st) {
+		return nil
+	}
+	if err := m.request("writing the status"); err != nil {
+		return err
+	}
+	if m.lose {
+		m.tracef("status write lost")
+		return errors.New("status write failed")
+	}
+	m.status = st
+	// The operator knows the cluster formed once a status that says so
+	// is written (or the annotation, in act).
+	if st.ClusterID != "" {
+		m.formed = true
+	}
+	return nil
+}
+
+// failed is main.go's failed: the step's error in the status, Failed when
+// it was refused rather than not reached.
+func (m *model) failed(prev, st clusterStatus, err error) {
+	m.tracef("step failed: %v", err)
+	st.Message = fmt.Sprintf("%s: %v (will retry)", st.Message, err)
+	var e *simErr
+	if errors.As(err, &e) && e.code < 500 {
+		st.Phase = phaseFailed
+	}
+	st.Conditions = slices.Clone(st.Conditions)
+	for i, cond := range st.Conditions {
+		if cond.Type == condProgressing {
+			if cond.Status != "True" {
+				st.Conditions[i].LastTransitionTime = ""
+			}
+			st.Conditions[i].Status, st.Conditions[i].Reason, st.Conditions[i].Message = "True", reasonStepFailed, st.Message
+		}
+	}
+	_ = m.writeStatus(prev, st)
+}
+
+// etcdCall is a request to etcd's gateway through a Pod's proxy. A
+// follower forwards membership changes to the leader; without a leader
+// they time out.
+func (m *model) etcdCall(pod, what string) (*simMember, error) {
+	if err := m.request(what); err != nil {
+		return nil, err
+	}
+	p := m.pods[pod]
+	switch {
+	case p == nil:
+		return nil, &simErr{404, fmt.Sprintf("pods %q not found", pod)}
+	case !p.Up || p.Deleting:
+		return nil, &simErr{503, "error trying to reach service: connect: connection refused"}
+	case m.leaderID() == 0:
+		return nil, &simErr{503, "etcdserver: request timed out"}
+	}
+	return m.etcd.byID(p.Data), nil
+}
+
+func (m *model) createService(name string) error {
+	if err := m.request("creating Service " + name); err != nil {
+		return err
+	}
+	if !m.svcs[name] {
+		m.tracef("operator creates Service %s", name)
+	}
+	m.svcs[name] = true // 409 AlreadyExists counts as done
+	return nil
+}
+
+func (m *model) createPod(name, image, initialCluster, state string) error {
+	if err := m.request("creating Pod " + name); err != nil {
+		return err
+	}
+	if m.pods[name] != nil {
+		return nil // 409: a Pod of that name exists, even one being deleted
+	}
+	// Once the operator has seen the cluster, a new bootstrap Pod is raft
+	// amnesia (or a second cluster). Only when both the data and the
+	// status are gone can it not know.
+	if state == "new" && (m.formedID != "" || m.formed && (m.dataAlive() || !m.statusLost)) {
+		m.failf("bootstrap-again", "Pod %s created with --initial-cluster-state=new after the operator saw the cluster (its data %s)",
+			name, map[bool]string{true: "still lives", false: "is gone, the status is not"}[m.dataAlive()])
+	}
+	m.tracef("operator creates Pod %s (%s, state %s, --initial-cluster=%s)", name, tagOf(image), state, initialCluster)
+	m.pods[name] = &simPod{Name: name, Image: image, State: state, InitialCluster: initialCluster, Phase: "Pending"}
+	return nil
+}
+
+// act is main.go's act for the model: one step, idempotent as act is.
+func (m *model) act(in input, obs observed, s step) (time.Duration, error) {
+	image := cmp.Or(s.Image, repo+":"+in.Spec.Version)
+	switch s.Action {
+	case actBootstrap:
+		ic := make([]string, len(s.Members))
+		for i, n := range s.Members {
+			ic[i] = n + "=" + peerURL(n)
+		}
+		for _, n := range s.Members {
+			if err := m.createService(n); err != nil {
+				return 0, err
+			}
+		}
+		if err := m.createService(simBase + "-client"); err != nil {
+			return 0, err
+		}
+		for _, n := range s.Members {
+			if err := m.createPod(n, image, strings.Join(ic, ","), "new"); err != nil {
+				return 0, err
+			}
+		}
+		return 0, nil
+	case actCreateClient:
+		return 0, m.createService(simBase + "-client")
+	case actMarkFormed:
+		if err := m.request("recording the cluster ID"); err != nil {
+			return 0, err
+		}
+		m.formedID, m.formed = obs.Etcd.ClusterID, true
+		return 0, nil
+	case actStartMember:
+		if err := m.createService(s.Member); err != nil {
+			return 0, err
+		}
+		return 0, m.createPod(s.Member, image, s.InitialCluster, "existing")
+	case actAddMember:
+		_, err := m.etcdCall(obs.Etcd.LeaderPod, "adding member "+s.Member)
+		if err == nil {
+			err = m.addMember(s.Member)
+		}
+		if simIsRefused(err, "already exists") {
+			return 0, nil
+		}
+		return 0, err
+	case actPromote:
+		_, err := m.etcdCall(obs.Etcd.LeaderPod, "promoting "+s.Member)
+		if err == nil {
+			err = m.promote(parseID(s.ID))
+		}
+		switch {
+		case simIsRefused(err, "in sync with leader"):
+			return s.Again, nil
+		case simIsRefused(err, "can only promote a learner member"):
+			return 0, nil
+		}
+		return 0, err
+	case actRemoveMember:
+		self, err := m.etcdCall(obs.Etcd.LeaderPod, "removing "+s.Member)
+		if err == nil {
+			err = m.removeMember(self, parseID(s.ID))
+		}
+		if simIsRefused(err, "member not found") {
+			return 0, nil
+		}
+		return 0, err
+	case actMoveLeader:
+		self, err := m.etcdCall(obs.Etcd.LeaderPod, "moving the leader to "+s.Member)
+		if err == nil {
+			err = m.moveLeader(self, parseID(s.ID))
+		}
+		return 0, err
+	case actDeletePod:
+		if err := m.request("deleting Pod " + s.Member); err != nil {
+			return 0, err
+		}
+		if p := m.pods[s.Member]; p != nil {
+			m.tracef("operator deletes Pod %s", s.Member)
+			m.deletePod(p)
+		}
+		return 0, nil
+	case actDeleteSvc:
+		if err := m.request("deleting Service " + s.Member); err != nil {
+			return 0, err
+		}
+		m.tracef("operator deletes Service %s", s.Member)
+		delete(m.svcs, s.Member)
+		return 0, nil
+	case actUpgrade:
+		if err := m.request("patching Pod " + s.Member); err != nil {
+			return 0, err
+		}
+		p := m.pods[s.Member]
+		if p == nil {
+			return 0, &simErr{404, fmt.Sprintf("pods %q not found", s.Member)}
+		}
+		if p.Image != s.Image {
+			// The kubelet kills the container and starts the new image.
+			m.tracef("operator changes the image of %s to %s", s.Member, tagOf(s.Image))
+			p.Image, p.brokenCrashed = s.Image, false
+			m.stop(p, "image changed")
+			p.Waiting, p.WaitingMsg = "", ""
+		}
+		return 0, nil
+	}
+	return 0, fmt.Errorf("unknown step %q", s.Action)
+}
+
+// addMember is etcd's member add of a learner: a peer URL in use is
+// refused first, then a second learner.
+func (m *model) addMember(host string) error {
+	c := m.etcd
+	if c.byHost(host) != nil {
+		return &simErr{400, "etcdserver: Peer URLs already exists"}
+	}
+	for _, mb := range c.Members {
+		if mb.Learner {
+			return &simErr{400, "etcdserver: too many learner members in cluster"}
+		}
+	}
+	c.Members = append(c.Members, &simMember{ID: m.newID(), Host: host, Learner: true})
+	m.sortMembers()
+	m.tracef("etcd: %s added as a learner", host)
+	return nil
+}
+
+// promote is etcd's member promote: only a learner that runs and has
+// caught up (started at an earlier tick), and only if the started voters
+// keep a quorum of the larger cluster.
+func (m *model) promote(id uint64) error {
+	c := m.etcd
+	mb := c.byID(id)
+	switch {
+	case mb == nil:
+		return &simErr{400, "etcdserver: member not found"}
+	case !mb.Learner:
+		return &simErr{400, "etcdserver: can only promote a learner member"}
+	case !m.running(mb) || m.pods[mb.Host].UpSince >= m.now:
+		return &simErr{400, "etcdserver: can only promote a learner member which is in sync with leader"}
+	}
+	started := 1
+	for _, o := range c.Members {
+		if !o.Learner && o.started() {
+			started++
+		}
+	}
+	if started < quorum(c.voters()+1) {
+		return &simErr{400, "etcdserver: re-configuration failed due to not enough started members"}
+	}
+	mb.Learner = false
+	m.tracef("etcd: %s promoted", mb.Host)
+	return nil
+}
+
+// removeMember is etcd's member remove with --strict-reconfig-check: the
+// started voters left must be a quorum, and removing a member that is up
+// must leave a quorum of members that are up. The removed member's etcd
+// exits.
+func (m *model) removeMember(self *simMember, id uint64) error {
+	c := m.etcd
+	mb := c.byID(id)
+	if mb == nil {
+		return &simErr{400, "etcdserver: member not found"}
+	}
+	if !mb.Learner {
+		started := 0
+		for _, o := range c.Members {
+			if !o.Learner && o.started() && o != mb {
+				started++
+			}
+		}
+		if started < quorum(c.voters()-1) {
+			return &simErr{400, "etcdserver: re-configuration failed due to not enough started members"}
+		}
+		if (m.running(mb) || mb == self) && m.runningVoters()-1 < quorum(c.voters()-1) {
+			return &simErr{400, "etcdserver: unhealthy cluster"}
+		}
+	}
+	c.Members = slices.DeleteFunc(c.Members, func(o *simMember) bool { return o == mb })
+	m.tracef("etcd: %s removed", mb.Host)
+	if p := m.pods[mb.Host]; p != nil && p.Data == mb.ID && p.Up {
+		m.crash(p, "removed: the member has been permanently removed from the cluster")
+	}
+	m.reap()
+	return nil
+}
+
+func (m *model) moveLeader(self *simMember, id uint64) error {
+	to := m.etcd.byID(id)
+	switch {
+	case self.ID != m.leaderID():
+		return &simErr{400, "etcdserver: not leader"}
+	case to == nil || to.Learner || !m.running(to):
+		return &simErr{400, "etcdserver: bad leader transferee"}
+	}
+	m.etcd.Leader = id
+	m.tracef("etcd: leadership moves to %s", to.Host)
+	return nil
+}
+
+// summary describes the model in one line, for traces.
+func (m *model) summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "spec %d %s;", m.spec.Size, m.spec.Version)
+	if c := m.etcd; c != nil {
+		fmt.Fprintf(&b, " etcd 3.%d leader=%s:", c.Minor, func() string {
+			if l := m.leaderID(); l != 0 {
+				return c.byID(l).Host
+			}
+			return "none"
+		}())
+		for _, mb := range c.Members {
+			s := mb.Host
+			if mb.Learner {
+				s += "(learner)"
+			}
+			if !mb.started() {
+				s += "(unstarted)"
+			}
+			if m.running(mb) {
+				s += "+"
+			}
+			fmt.Fprintf(&b, " %s", s)
+		}
+		b.WriteString(";")
+	} else {
+		b.WriteString(" no etcd;")
+	}
+	b.WriteString(" pods:")
+	for _, n := range m.podNames() {
+		fmt.Fprintf(&b, " %s", m.podState(m.pods[n]))
+	}
+	if m.cordoned {
+		b.WriteString("; cordoned")
+	}
+	return b.String()
+}
+
+// podState is a Pod's state in a word or two: name:phase[:detail].
+func (m *model) podState(p *simPod) string {
+	s := p.Name + ":" + tagOf(p.Image) + ":"
+	switch {
+	case p.Stuck:
+		return s + "stuck-terminating"
+	case p.Deleting:
+		return s + "terminating"
+	case p.Phase == "Failed":
+		return s + "failed"
+	case p.Up && p.Ready:
+		return s + "ready"
+	case p.Up:
+		return s + "up"
+	case p.Waiting == "CrashLoopBackOff":
+		return s + "crashloop(" + exitClass(p.Exit) + ")"
+	case p.Waiting != "":
+		return s + p.Waiting
+	case p.Phase == "Pending":
+		return s + "pending"
+	}
+	return s + "down(" + exitClass(p.Exit) + ")"
+}
+
+// exitClass is the first word of an exit reason.
+func exitClass(why string) string {
+	c, _, _ := strings.Cut(why, ":")
+	return cmp.Or(c, "none")
+}
