@@ -479,16 +479,16 @@ func (d *decision) markFormed() (step, bool) {
 
 // 1c. A member that is down because the kubelet cannot run its image (a
 // version that does not pull, or that crashes where no member that answers
-// runs it) gets the image new members run, which is always one etcd can
-// move to from the cluster's version. Restarting a member that is down
+// runs it) gets the image the cluster is to run, which is always one etcd
+// can move to from the cluster's version. Restarting a member that is down
 // costs nothing, so this needs no quorum: it may be what brings it back.
 func (d *decision) repairImages() (step, bool) {
 	for _, p := range d.obs.Pods {
-		if p.Deleting || p.Image == d.image() || d.imageRuns(p.Image) || !neverPulled(&p) && p.Waiting != "CrashLoopBackOff" {
+		if p.Deleting || p.Image == d.target() || d.imageRuns(p.Image) || !neverPulled(&p) && p.Waiting != "CrashLoopBackOff" {
 			continue
 		}
-		msg := fmt.Sprintf("member %s cannot start %s (%s): giving it %s again", p.Name, p.Image, p.Waiting, d.image())
-		return d.progress(phaseDegraded, reasonRepairingImage, msg, d.imageStep(p.Name, d.image())), true
+		msg := fmt.Sprintf("member %s cannot start %s (%s): giving it %s again", p.Name, p.Image, p.Waiting, d.target())
+		return d.progress(phaseDegraded, reasonRepairingImage, msg, d.imageStep(p.Name, d.target())), true
 	}
 	return step{}, false
 }

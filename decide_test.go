@@ -369,9 +369,23 @@ func TestNeverStuck(t *testing.T) {
 		{name: "3: a learner left with an image that does not pull gets the right one once spec.version is set back",
 			in: in(4, "v3.6.16"), obs: newWorld(3).do(joining(3, ic("example-0", "example-1", "example-2", "example-3"), "Pending", "ImagePullBackOff")).do(func(w *world) { w.pod("example-3").Image = repo + ":v3.7.99" }).obs,
 			action: actUpgrade, member: "example-3", msg: "giving it " + repo + ":v3.6.16"},
-		{name: "3: a learner waiting for the image spec.version asks for is left alone, and the status says why",
+		{name: "3: a learner with an image that does not pull is removed: new members run what the cluster runs",
 			in: in(4, "v3.7.99"), obs: newWorld(3).do(joining(3, ic("example-0", "example-1", "example-2", "example-3"), "Pending", "ImagePullBackOff")).do(func(w *world) { w.pod("example-3").Image = repo + ":v3.7.99" }).obs,
-			msg: "member example-3 cannot start: " + repo + ":v3.7.99 cannot run: the kubelet says ImagePullBackOff"},
+			action: actRemoveMember, member: "example-3", msg: "new members run " + repo + ":v3.6.16"},
+		{name: "3: a new member in a running cluster runs what the cluster runs; the rollout brings spec.version",
+			in: in(4, "v3.7.3"), obs: newWorld(3).do(func(w *world) {
+				w.obs.Etcd.Members = append(w.obs.Etcd.Members, memberView{ID: "9", PeerHost: "example-3", Learner: true})
+			}).obs,
+			action: actStartMember, member: "example-3", msg: "starting member example-3"},
+		{name: "3: a new cluster's members that cannot run spec.version say so",
+			in: func() input { i := fresh; i.Spec.Version = "v3.7.99"; return i }(), obs: newWorld(3).do(func(w *world) {
+				w.obs.Etcd = etcdView{}
+				for i := range w.obs.Pods {
+					p := &w.obs.Pods[i]
+					p.Phase, p.Ready, p.Waiting, p.Image, p.InitialCluster = "Pending", false, "ImagePullBackOff", repo+":v3.7.99", ic("example-0", "example-1", "example-2")
+				}
+			}).obs,
+			msg: "member example-0 cannot start: " + repo + ":v3.7.99 cannot run"},
 		{name: "4: a new cluster's Pods that never ran are made again with the fixed version",
 			in: fresh, obs: newWorld(3).do(func(w *world) {
 				w.obs.Etcd = etcdView{}

@@ -250,9 +250,9 @@ func (d *decision) lowestVersion(members []memberView) string {
 	lowest := ""
 	for _, m := range members {
 		// A member that does not answer comes back with the version of
-		// its Pod's image, or else the one it last reported.
+		// its Pod's image if that pulls, or else the one it last reported.
 		v := m.Version
-		if p := d.pods[m.member()]; v == "" && p != nil {
+		if p := d.pods[m.member()]; v == "" && p != nil && !neverPulled(p) {
 			if tag := strings.TrimPrefix(p.Image[strings.LastIndexByte(p.Image, ':')+1:], "v"); isVersion(tag) {
 				v = tag
 			}

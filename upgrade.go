@@ -10,6 +10,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"net/url"
 	"slices"
@@ -177,9 +178,27 @@ func (d *decision) versionRefused() string {
 	return ""
 }
 
-// image is the image of a new member: spec.version, unless that version is
-// refused, when new members run what the cluster runs.
+// image is the image of a new member: spec.version for a new cluster;
+// in one that runs, the image its ready members run, so that only the
+// rolling upgrade, one member at a time and watched, brings a version in.
+// A member added during a rollout is then upgraded with the others.
 func (d *decision) image() string {
+	target := d.in.Repo + ":" + d.in.Spec.Version
+	if d.st.CurrentVersion == "" {
+		return target
+	}
+	running := ""
+	for _, p := range d.obs.Pods {
+		if p.Ready && !p.Deleting && (running == "" || p.Image != target) {
+			running = p.Image
+		}
+	}
+	return cmp.Or(running, target)
+}
+
+// target is the image the cluster is to run: spec.version, unless that
+// version is refused, when it is what the cluster runs.
+func (d *decision) target() string {
 	if d.st.CurrentVersion != "" && d.versionRefused() != "" {
 		for _, p := range d.obs.Pods {
 			if p.Ready {

@@ -8,7 +8,6 @@ package e2e
 // a container in ImagePullBackOff.
 
 import (
-	"strings"
 	"testing"
 	"time"
 )
@@ -55,21 +54,30 @@ func TestNeverStuck(t *testing.T) {
 		}
 	})
 
-	// Cases 2 and 3: a learner whose image cannot be pulled waits while
-	// spec.version asks for that image, and is removed and made again once
-	// spec.version is set back.
-	t.Run("a learner that cannot start", func(t *testing.T) {
+	// Case 2: a learner loses its Pod before it is promoted. With the node
+	// cordoned the learner's Pod stays Pending; deleted there, it is made
+	// again, and the learner joins once the node takes Pods.
+	t.Run("a learner that loses its Pod", func(t *testing.T) {
 		d := startDay2(t, "stuck-learner", "four", 3, "v3.6.16")
 		d.running(3)
 		if err := d.put("/before", "learner"); err != nil {
 			t.Fatal(err)
 		}
-		d.apply(4, "v3.7.99")
-		st := d.wait("a learner in ImagePullBackOff", 3*time.Minute, func(st e2eStatus) bool {
-			return st.reason("Progressing") == "VersionCannotRun" && strings.Contains(st.Message, "ImagePullBackOff")
-		})
-		t.Logf("with v3.7.99: %s", st.Message)
+		uncordon := cordon(t)
 		d.apply(4, "v3.6.16")
+		st := d.wait("a learner held Pending", 3*time.Minute, func(st e2eStatus) bool {
+			return st.reason("Progressing") == "WaitingForLearner" && len(st.Members) == 4
+		})
+		t.Logf("while cordoned: %s", st.Message)
+		old := d.podUID(d.member(3))
+		d.deletePods(d.member(3))
+		if err := Eventually(time.Minute, "the learner's Pod made again", func() (bool, error) {
+			uid := d.podUID(d.member(3))
+			return uid != "" && uid != old, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		uncordon()
 		d.running(4)
 		if v := d.get("/before"); v != "learner" {
 			t.Errorf("the key written before reads %q", v)
