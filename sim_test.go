@@ -538,8 +538,14 @@ func (m *model) excused(problems []simProblem) bool {
 		return !m.quorumCanReturn()
 	case "DataLost":
 		return m.etcd == nil && m.formed
-	case "VersionRefused", "UpgradeStalled":
+	case "VersionRefused":
 		return !m.runnable(m.spec.Version) && onlyVersion
+	case "UpgradeStalled":
+		// A member that crashes on the new version looks the same to the
+		// operator whether the release or the member's data is bad: it
+		// stops the rollout and asks for the version to be set back,
+		// which repairs either (a member with bad data is then replaced).
+		return !m.runnable(m.spec.Version) && onlyVersion || m.upgradedCrashLoops()
 	case "PodStuck":
 		// A Pod stuck terminating blocks a new cluster until someone
 		// deletes it by force; the status says so.
@@ -552,6 +558,22 @@ func (m *model) excused(problems []simProblem) bool {
 		return m.spec.Size < 3 && onlyVersion
 	}
 	return false
+}
+
+// upgradedCrashLoops: every member down is in a crash loop on the image
+// spec.version names, while others run an older one.
+func (m *model) upgradedCrashLoops() bool {
+	target, n := repo+":"+m.spec.Version, 0
+	for _, p := range m.pods {
+		switch {
+		case p.Up || p.Deleting:
+		case p.Image == target && p.Waiting == "CrashLoopBackOff":
+			n++
+		default:
+			return false
+		}
+	}
+	return n > 0
 }
 
 // versionDown: a member down (a voter, a learner, one never started)

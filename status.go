@@ -232,7 +232,8 @@ func (d *decision) reportMembers() {
 		return
 	}
 	for _, m := range etcd.Members {
-		ms := memberStatus{Name: m.member(), ID: hexID(m.ID), Ready: d.healthy(m) && !m.Learner, Leader: m.ID == etcd.Leader, Learner: m.Learner, Version: m.Version}
+		// A member down keeps the version it last reported.
+		ms := memberStatus{Name: m.member(), ID: hexID(m.ID), Ready: d.healthy(m) && !m.Learner, Leader: m.ID == etcd.Leader, Learner: m.Learner, Version: cmp.Or(m.Version, d.prevVersion(m.member()))}
 		d.st.Members = append(d.st.Members, ms)
 		if ms.Ready {
 			d.st.ReadyMembers++
@@ -249,15 +250,13 @@ func (d *decision) reportMembers() {
 func (d *decision) lowestVersion(members []memberView) string {
 	lowest := ""
 	for _, m := range members {
-		// A member that does not answer comes back with the version of
-		// its Pod's image if that pulls, or else the one it last reported.
-		v := m.Version
-		if p := d.pods[m.member()]; v == "" && p != nil && !neverPulled(p) {
-			if tag := strings.TrimPrefix(p.Image[strings.LastIndexByte(p.Image, ':')+1:], "v"); isVersion(tag) {
-				v = tag
-			}
+		// A member that does not answer counts with the lower of the
+		// version it last reported and its Pod's image's (if that pulls):
+		// an upgrade counts once it reports, a rollback at once.
+		v := cmp.Or(m.Version, d.prevVersion(m.member()))
+		if p := d.pods[m.member()]; m.Version == "" && p != nil && !neverPulled(p) && isVersion(imageVersion(p.Image)) && (v == "" || versionLess(imageVersion(p.Image), v)) {
+			v = imageVersion(p.Image)
 		}
-		v = cmp.Or(v, d.prevVersion(m.member()))
 		if v != "" && (lowest == "" || versionLess(v, lowest)) {
 			lowest = v
 		}

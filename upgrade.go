@@ -187,13 +187,20 @@ func (d *decision) image() string {
 	if d.st.CurrentVersion == "" {
 		return target
 	}
+	// The lowest version a ready member runs: one the cluster's version
+	// allows, whatever the rollout has reached.
 	running := ""
 	for _, p := range d.obs.Pods {
-		if p.Ready && !p.Deleting && (running == "" || p.Image != target) {
+		if p.Ready && !p.Deleting && (running == "" || versionLess(imageVersion(p.Image), imageVersion(running))) {
 			running = p.Image
 		}
 	}
 	return cmp.Or(running, target)
+}
+
+// imageVersion is an image's tag without its v: 3.6.16 of etcd:v3.6.16.
+func imageVersion(image string) string {
+	return strings.TrimPrefix(image[strings.LastIndexByte(image, ':')+1:], "v")
 }
 
 // target is the image the cluster is to run: spec.version, unless that
