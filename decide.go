@@ -350,61 +350,16 @@ func (d *decision) formed() bool {
 // Then the members are waited for until one answers.
 func (d *decision) bootstrap() step {
 	names := d.bootstrapMembers()
-	var missing []string
-	for _, m := range names {
-		if !d.svcs[m] || d.pods[m] == nil {
-			missing = append(missing, m)
-		}
-	}
-	if !d.svcs[d.clientService()] {
-		missing = append(missing, d.clientService())
-	}
 	for _, m := range names {
 		d.st.Members = append(d.st.Members, memberStatus{Name: m})
 	}
 	d.setAvailable(false, reasonNotStarted, "etcd has not answered yet")
 	d.setDegraded(false, reasonCreating, "")
-	if len(missing) > 0 && d.formed() {
-		msg := fmt.Sprintf("the cluster has formed (%s), but no member answers the operator, so it creates nothing: a member made again as new would lose what it acknowledged", d.podSummary(names))
-		return d.wait(phaseCreating, reasonWaitingForMembers, msg)
-	}
-	if len(missing) > 0 {
-		// The status written after the step already says what comes next,
-		// so the pass ends there: the Pods' events start the next one.
-		msg := fmt.Sprintf("created %d members: %s; waiting for them to start and elect a leader", len(names), strings.Join(names, ", ")) + d.namesNote()
-		s := d.progress(phaseCreating, reasonWaitingForMembers, msg, d.bootstrapStep(names))
-		s.Last = true
+	if s, ok := d.createMissing(names); ok {
 		return s
 	}
-	// A Pod that never ran, with an image other than the one spec.version
-	// now asks for (a version no registry has, since fixed), is made
-	// again: no member of it ever started, so nothing is lost.
-	for _, m := range names {
-		if p := d.pods[m]; p != nil && p.Image != d.image() && neverRan(p) && !p.Deleting {
-			msg := fmt.Sprintf("deleting Pod %s, which never ran %s, to create it again with %s", m, p.Image, d.image())
-			return d.progress(phaseCreating, reasonWaitingForMembers, msg, step{Action: actDeletePod, Member: m, Delete: "pods"})
-		}
-		// A Pod that Failed (evicted) is not restarted by the kubelet;
-		// the cluster never formed, so it is made again.
-		if p := d.pods[m]; p != nil && (p.Phase == "Failed" || p.Phase == "Succeeded") && !p.Deleting && !d.formed() {
-			msg := fmt.Sprintf("deleting Pod %s, which is %s, to create it again", m, p.Phase)
-			return d.progress(phaseCreating, reasonWaitingForMembers, msg, step{Action: actDeletePod, Member: m, Delete: "pods"})
-		}
-	}
-	if s, ok := d.repairImages(); ok {
-		d.st.Phase = phaseCreating
+	if s, ok := d.remakeBootstrapPods(names); ok {
 		return s
-	}
-	for _, m := range names {
-		if p := d.pods[m]; p != nil && p.Overdue {
-			msg := fmt.Sprintf("Pod %s is stuck terminating (its node is gone or cut off), and a new cluster needs every member it was created with: once the node is gone for good, delete the Pod with --grace-period=0 --force", m)
-			d.st.Phase, d.st.Message = phaseCreating, msg
-			d.setProgressing(false, reasonPodStuck, msg)
-			return step{}
-		}
-		if d.cannotRunStep(d.pods[m]) {
-			return step{}
-		}
 	}
 	msg := fmt.Sprintf("waiting for the members to start and elect a leader: %s", d.podSummary(names)) + d.namesNote()
 	d.st.Phase, d.st.Message = phaseCreating, msg
@@ -417,6 +372,64 @@ func (d *decision) bootstrap() step {
 		}
 	}
 	return step{}
+}
+
+// createMissing creates what a new cluster lacks, unless it has formed.
+func (d *decision) createMissing(names []string) (step, bool) {
+	var missing []string
+	for _, m := range slices.Concat(names, []string{d.clientService()}) {
+		if !d.svcs[m] || m != d.clientService() && d.pods[m] == nil {
+			missing = append(missing, m)
+		}
+	}
+	switch {
+	case len(missing) == 0:
+		return step{}, false
+	case d.formed():
+		msg := fmt.Sprintf("the cluster has formed (%s), but no member answers the operator, so it creates nothing: a member made again as new would lose what it acknowledged", d.podSummary(names))
+		return d.wait(phaseCreating, reasonWaitingForMembers, msg), true
+	}
+	// The status written after the step already says what comes next, so
+	// the pass ends there: the Pods' events start the next one.
+	msg := fmt.Sprintf("created %d members: %s; waiting for them to start and elect a leader", len(names), strings.Join(names, ", ")) + d.namesNote()
+	s := d.progress(phaseCreating, reasonWaitingForMembers, msg, d.bootstrapStep(names))
+	s.Last = true
+	return s, true
+}
+
+// remakeBootstrapPods makes again, or says why it cannot, a new cluster's
+// Pods that will not start: one that never ran an image spec.version no
+// longer asks for, one that Failed (the kubelet does not restart those),
+// one whose image does not run; or says that one is stuck terminating.
+// No member of a cluster that never formed has data anyone relies on.
+func (d *decision) remakeBootstrapPods(names []string) (step, bool) {
+	for _, m := range names {
+		p := d.pods[m]
+		switch {
+		case p == nil || p.Deleting && !p.Overdue:
+		case p.Overdue:
+			msg := fmt.Sprintf("Pod %s is stuck terminating (its node is gone or cut off), and a new cluster needs every member it was created with: once the node is gone for good, delete the Pod with --grace-period=0 --force", m)
+			d.st.Phase, d.st.Message = phaseCreating, msg
+			d.setProgressing(false, reasonPodStuck, msg)
+			return step{}, true
+		case p.Image != d.image() && neverRan(p):
+			msg := fmt.Sprintf("deleting Pod %s, which never ran %s, to create it again with %s", m, p.Image, d.image())
+			return d.progress(phaseCreating, reasonWaitingForMembers, msg, step{Action: actDeletePod, Member: m, Delete: "pods"}), true
+		case (p.Phase == "Failed" || p.Phase == "Succeeded") && !d.formed():
+			msg := fmt.Sprintf("deleting Pod %s, which is %s, to create it again", m, p.Phase)
+			return d.progress(phaseCreating, reasonWaitingForMembers, msg, step{Action: actDeletePod, Member: m, Delete: "pods"}), true
+		}
+	}
+	if s, ok := d.repairImages(); ok {
+		d.st.Phase = phaseCreating
+		return s, true
+	}
+	for _, m := range names {
+		if d.cannotRunStep(d.pods[m]) {
+			return step{}, true
+		}
+	}
+	return step{}, false
 }
 
 // bootstrapStep creates a new cluster's missing objects: every member
