@@ -120,7 +120,11 @@ spec:
 	if err := cp.applyJSON(cm); err != nil {
 		return err
 	}
-	if _, err := cp.start(localPathProcess, cp.Bin.LocalPathProvisioner, "start",
+	// Out of the cluster: it must not find an in-cluster configuration
+	// (it tries one to copy the helper Pods' logs) should this machine
+	// itself run in a Pod.
+	outside := []string{"KUBERNETES_SERVICE_HOST=", "KUBERNETES_SERVICE_PORT="}
+	if _, err := cp.StartProcess(localPathProcess, outside, cp.Bin.LocalPathProvisioner, "start",
 		"--kubeconfig="+cp.Kubeconfig,
 		"--provisioner-name="+LocalPathProvisioner,
 		"--namespace="+LocalPathNamespace,
