@@ -3,9 +3,9 @@ package e2e
 // A real Kubernetes node on this machine, for the tests that need Pods to
 // run: containerd with runc, the CNI bridge plugin, kubelet, kube-proxy,
 // kube-scheduler and CoreDNS, all on a test bridge, and a volume
-// provisioner (volumes.go). The idea: the
-// operator's manifests are only right if the kubelet, cluster DNS and
-// Services make a working etcd cluster of them. A run takes a lock, sweeps
+// provisioner (volumes.go). The idea: the operator's manifests are only
+// right if the kubelet, cluster DNS and Services make a working etcd
+// cluster of them. A run takes a lock, sweeps
 // what a killed run left, and leaves the machine as it found it.
 
 import (
@@ -72,8 +72,8 @@ type nodeState struct {
 
 // Node is a real Kubernetes node on this machine: containerd with runc and
 // the CNI bridge plugin, the kubelet, kube-proxy (iptables), kube-scheduler,
-// CoreDNS and local-path-provisioner, all started by the harness, with the images the Pods use
-// imported into containerd. Stop (or ControlPlane.Stop) undoes all of it.
+// CoreDNS and local-path-provisioner, all started by the harness, with the
+// images the Pods use imported into containerd. Stop (or ControlPlane.Stop) undoes all of it.
 type Node struct {
 	cp        *ControlPlane
 	Dir       string
