@@ -26,6 +26,8 @@ const (
 	EtcdVersion       = "v3.6.16" // the CRD's default spec.version
 	Etcd37Version     = "v3.7.3"  // for the upgrade tests
 	CoreDNSVersion    = "v1.15.0"
+	// The node's volume provisioner (see volumes.go).
+	LocalPathProvisionerVersion = "v0.0.30"
 )
 
 // Binaries are the paths of the built components.
@@ -34,7 +36,9 @@ type Binaries struct {
 	// The node: kubelet, kube-proxy, kube-scheduler and cluster DNS; the
 	// programs of the images the node runs (etcd per version, pause).
 	Kubelet, KubeProxy, Scheduler, CoreDNS, Pause string
-	EtcdImages                                    map[string]string // version -> static etcd
+	// The node's dynamic volume provisioner.
+	LocalPathProvisioner string
+	EtcdImages           map[string]string // version -> static etcd
 }
 
 // RepoRoot finds the repository root from the working directory (the e2e
@@ -70,7 +74,7 @@ func CacheDir() (string, error) {
 // BuildComponents builds etcd and the Kubernetes components once and reuses
 // them afterwards. The cache key is the version plus a hash of the component
 // modules' files, so editing them rebuilds and nothing else does. A first
-// build takes about 15 minutes on 2 cores; progress goes to out.
+// build takes about 17 minutes on 2 cores; progress goes to out.
 func BuildComponents(out io.Writer) (Binaries, error) {
 	root, err := RepoRoot()
 	if err != nil {
@@ -129,16 +133,24 @@ func BuildComponents(out io.Writer) (Binaries, error) {
 	if err != nil {
 		return Binaries{}, err
 	}
+	// Its main package is its module's root: built by import path, as a
+	// tool of the wrapper module (see components/local-path-provisioner).
+	lppDir, err := buildModule(out, root, cache, "local-path-provisioner", LocalPathProvisionerVersion, static,
+		" -X main.VERSION="+LocalPathProvisionerVersion, []string{"github.com/rancher/local-path-provisioner"}, []string{"local-path-provisioner"}, "about 2 minutes")
+	if err != nil {
+		return Binaries{}, err
+	}
 	return Binaries{
-		Etcd:              filepath.Join(etcdDir, "etcd"),
-		APIServer:         filepath.Join(kubeDir, "kube-apiserver"),
-		ControllerManager: filepath.Join(kubeDir, "kube-controller-manager"),
-		Kubectl:           filepath.Join(kubeDir, "kubectl"),
-		Kubelet:           filepath.Join(kubeDir, "kubelet"),
-		KubeProxy:         filepath.Join(kubeDir, "kube-proxy"),
-		Scheduler:         filepath.Join(kubeDir, "kube-scheduler"),
-		CoreDNS:           filepath.Join(dnsDir, "coredns"),
-		Pause:             filepath.Join(pauseDir, "pause"),
+		Etcd:                 filepath.Join(etcdDir, "etcd"),
+		APIServer:            filepath.Join(kubeDir, "kube-apiserver"),
+		ControllerManager:    filepath.Join(kubeDir, "kube-controller-manager"),
+		Kubectl:              filepath.Join(kubeDir, "kubectl"),
+		Kubelet:              filepath.Join(kubeDir, "kubelet"),
+		KubeProxy:            filepath.Join(kubeDir, "kube-proxy"),
+		Scheduler:            filepath.Join(kubeDir, "kube-scheduler"),
+		CoreDNS:              filepath.Join(dnsDir, "coredns"),
+		Pause:                filepath.Join(pauseDir, "pause"),
+		LocalPathProvisioner: filepath.Join(lppDir, "local-path-provisioner"),
 		EtcdImages: map[string]string{
 			EtcdVersion:   filepath.Join(etcdDir, "etcd"),
 			Etcd37Version: filepath.Join(etcd37Dir, "etcd"),

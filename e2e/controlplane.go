@@ -103,9 +103,10 @@ func (cp *ControlPlane) ApplyCRD() error {
 	return err
 }
 
-// Start starts etcd, kube-apiserver, applies examples/crd.yaml, starts
-// kube-controller-manager (the garbage collector and the ServiceAccount
-// controller, which creates the default ServiceAccount that Pods need) and
+// Start starts etcd, kube-apiserver, applies examples/crd.yaml and the
+// default StorageClass (volumes.go), starts kube-controller-manager (the
+// garbage collector, the ServiceAccount controller, which creates the
+// default ServiceAccount that Pods need, and the volume controllers) and
 // kubectl proxy, on proxyPort if it is not 0 and free, and waits until the
 // default namespace can take Pods. On error it stops what it started.
 func Start(out io.Writer, bin Binaries, dir string, proxyPort int) (_ *ControlPlane, err error) {
@@ -136,6 +137,9 @@ func Start(out io.Writer, bin Binaries, dir string, proxyPort int) (_ *ControlPl
 	if err := cp.ApplyCRD(); err != nil {
 		return nil, err
 	}
+	if err := cp.applyStorageClass(); err != nil {
+		return nil, err
+	}
 	kcmPort, err := freePort()
 	if err != nil {
 		return nil, err
@@ -143,10 +147,16 @@ func Start(out io.Writer, bin Binaries, dir string, proxyPort int) (_ *ControlPl
 	if _, err := cp.start("kube-controller-manager", bin.ControllerManager,
 		"--kubeconfig="+cp.Kubeconfig,
 		// What Services, Deployments, ServiceAccount tokens, namespace
-		// deletion and a new node's not-ready taint need, nothing more.
+		// deletion, a new node's not-ready taint and volumes need, nothing
+		// more. Volumes: the PersistentVolume binder (it hands a claim to
+		// its class's provisioner and binds the volume made for it) and
+		// the two protection controllers, which take the finalizers off a
+		// claim no Pod uses and a volume no claim is bound to, so that
+		// they can be deleted.
 		"--controllers=garbage-collector-controller,serviceaccount-controller,serviceaccount-token-controller,"+
 			"root-ca-certificate-publisher-controller,endpointslice-controller,endpoints-controller,"+
-			"replicaset-controller,deployment-controller,node-lifecycle-controller,namespace-controller,pod-garbage-collector-controller",
+			"replicaset-controller,deployment-controller,node-lifecycle-controller,namespace-controller,pod-garbage-collector-controller,"+
+			"persistentvolume-binder-controller,persistentvolumeclaim-protection-controller,persistentvolume-protection-controller",
 		"--root-ca-file="+cp.CAFile,
 		"--service-account-private-key-file="+filepath.Join(dir, "sa.key"),
 		"--leader-elect=false",

@@ -10,11 +10,15 @@ package e2e
 import (
 	"archive/tar"
 	"bytes"
+	"debug/elf"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -33,6 +37,10 @@ type Image struct {
 	Path       string // where it lives in the image
 	User       string // the image's USER, empty for root
 	Entrypoint []string
+	// Links are names in Path's directory that lead to Path, as a
+	// multi-call program such as busybox has them (sh, mkdir, rm...).
+	Links []string
+	Env   []string // the image's ENV, e.g. PATH for a shell
 }
 
 // NodeImages are the images every node run imports: the Pod sandbox, etcd
@@ -83,6 +91,11 @@ func WriteImage(img Image, path string) error {
 	if _, err := tw.Write(prog); err != nil {
 		return err
 	}
+	for _, l := range img.Links {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: filepath.Join(dir, l)[1:], Linkname: filepath.Base(img.Path), Mode: 0o777}); err != nil {
+			return err
+		}
+	}
 	if err := tw.Close(); err != nil {
 		return err
 	}
@@ -101,7 +114,7 @@ func WriteImage(img Image, path string) error {
 	}
 	cf = cf.DeepCopy()
 	cf.Architecture, cf.OS = runtime.GOARCH, "linux"
-	cf.Config = v1.Config{Entrypoint: img.Entrypoint, User: img.User}
+	cf.Config = v1.Config{Entrypoint: img.Entrypoint, User: img.User, Env: img.Env}
 	if i, err = mutate.ConfigFile(i, cf); err != nil {
 		return fmt.Errorf("image %s: config: %w", img.Ref, err)
 	}
@@ -110,4 +123,45 @@ func WriteImage(img Image, path string) error {
 		return err
 	}
 	return tarball.WriteToFile(path, tag, i)
+}
+
+// HelperImageRef is a busybox image for the node's helper Pods: the volume
+// provisioner's, which make and remove volume directories, and the tests'
+// own. The tag is not latest, so the kubelet never tries to pull it.
+const HelperImageRef = "etcd-operator-e2e/busybox:static"
+
+// BusyboxImage is busybox made from Debian's busybox-static package
+// (installed when /bin/busybox is missing): /bin/busybox with each applet a
+// link to it, PATH=/bin, and sh as the entrypoint, like the busybox image
+// on Docker Hub.
+func BusyboxImage(out io.Writer) (Image, error) {
+	const prog = "/bin/busybox"
+	if _, err := os.Stat(prog); errors.Is(err, os.ErrNotExist) {
+		if err := aptInstall(out, "busybox-static"); err != nil {
+			return Image{}, err
+		}
+	}
+	// Alone in an image it must be static: Debian's other busybox
+	// package is linked against the C library.
+	f, err := elf.Open(prog)
+	if err != nil {
+		return Image{}, fmt.Errorf("helper image: %w", err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return Image{}, fmt.Errorf("helper image: %s is dynamically linked; the image needs Debian's busybox-static", prog)
+		}
+	}
+	list, err := exec.Command(prog, "--list").Output()
+	if err != nil {
+		return Image{}, fmt.Errorf("helper image: %s --list: %w", prog, err)
+	}
+	var links []string
+	for _, l := range strings.Fields(string(list)) {
+		if l != "busybox" {
+			links = append(links, l)
+		}
+	}
+	return Image{Ref: HelperImageRef, Program: prog, Path: "/bin/busybox", Links: links, Env: []string{"PATH=/bin"}, Entrypoint: []string{"/bin/sh"}}, nil
 }

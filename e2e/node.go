@@ -2,9 +2,10 @@ package e2e
 
 // A real Kubernetes node on this machine, for the tests that need Pods to
 // run: containerd with runc, the CNI bridge plugin, kubelet, kube-proxy,
-// kube-scheduler and CoreDNS, all on a test bridge. The idea: the
-// operator's manifests are only right if the kubelet, cluster DNS and
-// Services make a working etcd cluster of them. A run takes a lock, sweeps
+// kube-scheduler and CoreDNS, all on a test bridge, and a volume
+// provisioner (volumes.go). The idea: the operator's manifests are only
+// right if the kubelet, cluster DNS and Services make a working etcd
+// cluster of them. A run takes a lock, sweeps
 // what a killed run left, and leaves the machine as it found it.
 
 import (
@@ -70,9 +71,9 @@ type nodeState struct {
 }
 
 // Node is a real Kubernetes node on this machine: containerd with runc and
-// the CNI bridge plugin, the kubelet, kube-proxy (iptables), kube-scheduler
-// and CoreDNS, all started by the harness, with the images the Pods use
-// imported into containerd. Stop (or ControlPlane.Stop) undoes all of it.
+// the CNI bridge plugin, the kubelet, kube-proxy (iptables), kube-scheduler,
+// CoreDNS and local-path-provisioner, all started by the harness, with the
+// images the Pods use imported into containerd. Stop (or ControlPlane.Stop) undoes all of it.
 type Node struct {
 	cp        *ControlPlane
 	Dir       string
@@ -99,8 +100,13 @@ func NeedNodePackages(out io.Writer) error {
 	if !missing {
 		return nil
 	}
-	fmt.Fprintln(out, "e2e: installing containerd runc containernetworking-plugins iptables conntrack iproute2 (apt-get)")
-	for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "containerd", "runc", "containernetworking-plugins", "iptables", "conntrack", "iproute2"}} {
+	return aptInstall(out, "containerd", "runc", "containernetworking-plugins", "iptables", "conntrack", "iproute2")
+}
+
+// aptInstall installs Debian packages, saying so on out.
+func aptInstall(out io.Writer, pkgs ...string) error {
+	fmt.Fprintf(out, "e2e: installing %s (apt-get)\n", strings.Join(pkgs, " "))
+	for _, args := range [][]string{{"update", "-qq"}, append([]string{"install", "-y", "-qq"}, pkgs...)} {
 		cmd := exec.Command("apt-get", args...)
 		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 		if b, err := cmd.CombinedOutput(); err != nil {
@@ -179,7 +185,11 @@ func (cp *ControlPlane) StartNode() (_ *Node, err error) {
 	if err := n.startContainerd(); err != nil {
 		return nil, err
 	}
-	if err := n.ImportImages(NodeImages(cp.Bin, operatorBin)...); err != nil {
+	helper, err := BusyboxImage(cp.out)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.ImportImages(append(NodeImages(cp.Bin, operatorBin), helper)...); err != nil {
 		return nil, err
 	}
 	if err := n.startAPIForwarder(); err != nil {
@@ -225,7 +235,11 @@ func (cp *ControlPlane) StartNode() (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(cp.out, "e2e: node %s ready in %s (containerd, kubelet, kube-proxy, kube-scheduler, CoreDNS on %s)\n", NodeName, time.Since(start).Round(time.Millisecond), NodeIP)
+	// Volumes, once the node can run the provisioner's helper Pods.
+	if err := n.startProvisioner(); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(cp.out, "e2e: node %s ready in %s (containerd, kubelet, kube-proxy, kube-scheduler, CoreDNS on %s; local-path-provisioner, volumes in %s)\n", NodeName, time.Since(start).Round(time.Millisecond), NodeIP, VolumesDir())
 	return n, nil
 }
 
@@ -509,8 +523,11 @@ serializeImagePulls: false
 // Stop stops the node's processes and undoes what it did to the machine.
 func (n *Node) Stop() {
 	n.stopOnce.Do(func() {
-		// The kubelet first, so that it restarts nothing; then the
-		// containers, which containerd's shims would otherwise keep.
+		// The provisioner first, so that it starts no helper Pod; then
+		// the kubelet, so that it restarts nothing; then the containers,
+		// which containerd's shims would otherwise keep. The volumes'
+		// directories go with NodeDir in the sweep.
+		n.cp.StopProcess(localPathProcess, 5*time.Second)
 		n.cp.StopProcess("kubelet", 10*time.Second)
 		killCgroupProcs()
 		n.cp.StopProcess("containerd", 10*time.Second)

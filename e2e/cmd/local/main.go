@@ -3,7 +3,8 @@
 // the operator against it, and, as root, a real node (containerd, kubelet,
 // kube-proxy, kube-scheduler, CoreDNS) that runs the member Pods from
 // locally built images, so kubectl logs and exec work and members reach
-// each other by Service name. It applies examples/etcd-cluster.yaml,
+// each other by Service name, and provisions PersistentVolumeClaims of the
+// default StorageClass, local-path (local-path-provisioner). It applies examples/etcd-cluster.yaml,
 // shows what was created, and keeps running until Ctrl-C, then stops
 // everything it started. With -operator=false it stops short of running the
 // operator and applying the example, for those who want to run "go run ."
@@ -71,7 +72,7 @@ func run(withNode, withOperator bool, proxyPort int) error {
 	}
 	var node *e2e.Node
 	if withNode {
-		say("starting the node: containerd, kubelet, kube-proxy, kube-scheduler, CoreDNS on %s", e2e.NodeIP)
+		say("starting the node: containerd, kubelet, kube-proxy, kube-scheduler, CoreDNS on %s; local-path-provisioner", e2e.NodeIP)
 		if node, err = cp.StartNode(); err != nil {
 			return err
 		}
@@ -120,6 +121,16 @@ Pod IP and by ClusterIP:
   curl -s http://%s:2379/health                        # example-0's Pod IP
   curl -s -X POST http://%s:2379/v3/cluster/member/list  # the example-client Service
 `, e2e.EtcdVersion, cp.PodIP("default", "example-0"), serviceIP(cp, "example-client"))
+	}
+	if node != nil {
+		fmt.Printf(`
+PersistentVolumeClaims of the default StorageClass, %s, are provisioned
+by local-path-provisioner when their first Pod is scheduled, in
+directories under %s (removed with everything else on Ctrl-C):
+
+  kubectl get storageclass
+  kubectl get pv,pvc
+`, e2e.StorageClassName, e2e.VolumesDir())
 	}
 	fmt.Println("\nCtrl-C stops everything.")
 	<-ctx.Done()

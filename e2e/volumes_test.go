@@ -1,0 +1,294 @@
+package e2e
+
+// Volumes on the real node: a PersistentVolumeClaim of the default
+// StorageClass, provisioned by local-path-provisioner when its first Pod
+// is scheduled, outlives that Pod, and goes with its directory when the
+// claim is deleted (reclaim policy Delete). The idea: what a member
+// writes to its claim is on the node's disk, not in the container, so a
+// new Pod on the same claim finds it.
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestVolumeProvisioner(t *testing.T) {
+	needNode(t)
+	var sc struct {
+		Metadata             struct{ Annotations map[string]string }
+		Provisioner          string
+		VolumeBindingMode    string
+		ReclaimPolicy        string
+		AllowVolumeExpansion bool
+	}
+	if err := cp.Get("/apis/storage.k8s.io/v1/storageclasses/"+StorageClassName, &sc); err != nil {
+		t.Fatal(err)
+	}
+	if sc.Metadata.Annotations["storageclass.kubernetes.io/is-default-class"] != "true" || sc.Provisioner != LocalPathProvisioner ||
+		sc.VolumeBindingMode != "WaitForFirstConsumer" || sc.ReclaimPolicy != "Delete" || sc.AllowVolumeExpansion {
+		t.Errorf("StorageClass %s = %+v, want the default, %s, WaitForFirstConsumer, Delete, not expandable", StorageClassName, sc, LocalPathProvisioner)
+	}
+
+	// The provisioner makes a hostPath volume unless the claim (or the
+	// class) asks for a local one; the kubelet mounts either.
+	for _, tc := range []struct {
+		ns, volumeType, source string
+	}{
+		{ns: "volumes-hostpath", source: "hostPath"},
+		{ns: "volumes-local", volumeType: "local", source: "local"},
+	} {
+		t.Run(tc.source, func(t *testing.T) {
+			ns := nodeNamespace(t, tc.ns)
+			token := randomToken(t)
+			claim := map[string]any{
+				"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+				"metadata": map[string]any{"name": "data", "namespace": ns},
+				"spec": map[string]any{
+					"accessModes": []string{"ReadWriteOnce"},
+					"resources":   map[string]any{"requests": map[string]string{"storage": "64Mi"}},
+				},
+			}
+			if tc.volumeType != "" {
+				claim["metadata"].(map[string]any)["annotations"] = map[string]string{"volumeType": tc.volumeType}
+			}
+			applyObject(t, claim)
+			claimPath := "/api/v1/namespaces/" + ns + "/persistentvolumeclaims/data"
+
+			// Nothing is provisioned before a Pod uses the claim: the binder
+			// says it waits for one, and the claim stays unbound.
+			waitEvent(t, ns, "PersistentVolumeClaim", "data", "WaitForFirstConsumer")
+			c := getClaim(t, claimPath)
+			if c.Spec.StorageClassName != StorageClassName || c.Spec.VolumeName != "" || c.Status.Phase != "Pending" {
+				t.Fatalf("claim before its first Pod: class %q, volume %q, phase %s; want %s, none, Pending", c.Spec.StorageClassName, c.Spec.VolumeName, c.Status.Phase, StorageClassName)
+			}
+
+			// The first Pod: scheduled, which picks the node; the volume made
+			// there and bound; the Pod runs and writes to it.
+			start := time.Now()
+			applyObject(t, busyboxPod(ns, "writer", "Always", `echo "$TOKEN" > /data/token && exec sleep 3600`, token))
+			waitPodPhase(t, ns, "writer", "Running", 2*time.Minute)
+			t.Logf("the writer ran %s after it was created (the volume provisioned in between)", time.Since(start).Round(time.Millisecond))
+			c = getClaim(t, claimPath)
+			if c.Status.Phase != "Bound" || c.Spec.VolumeName == "" {
+				t.Fatalf("claim with a running Pod: phase %s, volume %q; want Bound", c.Status.Phase, c.Spec.VolumeName)
+			}
+			pvPath := "/api/v1/persistentvolumes/" + c.Spec.VolumeName
+			var pv persistentVolume
+			if err := cp.Get(pvPath, &pv); err != nil {
+				t.Fatal(err)
+			}
+			dir := pv.path(tc.source)
+			if dir == "" || filepath.Dir(dir) != VolumesDir() {
+				t.Fatalf("PersistentVolume %s: %s path %q, want a directory in %s; spec %+v", c.Spec.VolumeName, tc.source, dir, VolumesDir(), pv.Spec)
+			}
+			if pv.Spec.PersistentVolumeReclaimPolicy != "Delete" || pv.Spec.StorageClassName != StorageClassName ||
+				pv.Spec.Capacity.Storage != "64Mi" || !slices.Equal(pv.nodes(), []string{NodeName}) {
+				t.Errorf("PersistentVolume %s: %+v; want Delete, %s, 64Mi, on %s only", c.Spec.VolumeName, pv.Spec, StorageClassName, NodeName)
+			}
+			// What the Pod wrote is in that directory on this machine.
+			err := Eventually(30*time.Second, "the writer's file in "+dir, func() (bool, error) {
+				b, err := os.ReadFile(filepath.Join(dir, "token"))
+				return err == nil && strings.TrimSpace(string(b)) == token, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			// A second Pod on the same claim, after the first is gone, reads it.
+			deleteAndWait(t, "/api/v1/namespaces/"+ns+"/pods/writer")
+			applyObject(t, busyboxPod(ns, "reader", "Never", `cat /data/token`, ""))
+			waitPodPhase(t, ns, "reader", "Succeeded", 2*time.Minute)
+			logs, err := cp.PodLogs(ns, "reader", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.TrimSpace(logs) != token {
+				t.Errorf("the reader read %q, want the writer's %q", logs, token)
+			}
+			deleteAndWait(t, "/api/v1/namespaces/"+ns+"/pods/reader")
+
+			// Reclaim policy Delete: the claim deleted, the provisioner's
+			// helper Pod removes the directory, then the volume goes.
+			start = time.Now()
+			deleteAndWait(t, claimPath)
+			waitNotFound(t, pvPath)
+			t.Logf("the volume was gone %s after the claim was deleted", time.Since(start).Round(time.Millisecond))
+			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the volume's directory %s is still there after its volume was deleted (%v)", dir, err)
+			}
+			if log := processLog(t, localPathProcess, 0); !strings.Contains(log, "Volume "+c.Spec.VolumeName+" has been deleted") {
+				t.Errorf("the provisioner did not say it removed %s:\n%s", c.Spec.VolumeName, log)
+			}
+			// It deletes its helper Pods when they are done.
+			err = Eventually(60*time.Second, "no helper Pod left in "+LocalPathNamespace, func() (bool, error) {
+				return len(listIn(t, LocalPathNamespace, "pods", "")) == 0, nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// busyboxPod is a Pod of the helper image running script with the claim
+// "data" at /data; TOKEN in its environment.
+func busyboxPod(ns, name, restart, script, token string) map[string]any {
+	return map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec": map[string]any{
+			"restartPolicy": restart,
+			// sleep as PID 1 ignores SIGTERM: do not wait 30 s for it.
+			"terminationGracePeriodSeconds": 1,
+			"automountServiceAccountToken":  false,
+			"containers": []map[string]any{{
+				"name": "busybox", "image": HelperImageRef, "imagePullPolicy": "Never",
+				"command":      []string{"/bin/sh", "-c", script},
+				"env":          []map[string]string{{"name": "TOKEN", "value": token}},
+				"volumeMounts": []map[string]string{{"name": "data", "mountPath": "/data"}},
+			}},
+			"volumes": []map[string]any{{"name": "data", "persistentVolumeClaim": map[string]string{"claimName": "data"}}},
+		},
+	}
+}
+
+type claimState struct {
+	Spec   struct{ StorageClassName, VolumeName string }
+	Status struct{ Phase string }
+}
+
+func getClaim(t *testing.T, path string) claimState {
+	t.Helper()
+	var c claimState
+	if err := cp.Get(path, &c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+type persistentVolume struct {
+	Spec struct {
+		PersistentVolumeReclaimPolicy string
+		StorageClassName              string
+		Capacity                      struct{ Storage string }
+		HostPath, Local               *struct{ Path string }
+		NodeAffinity                  struct {
+			Required struct {
+				NodeSelectorTerms []struct {
+					MatchExpressions []struct {
+						Key, Operator string
+						Values        []string
+					}
+				}
+			}
+		}
+	}
+}
+
+// path is the volume's directory if its source is the one named.
+func (pv persistentVolume) path(source string) string {
+	switch {
+	case source == "hostPath" && pv.Spec.HostPath != nil && pv.Spec.Local == nil:
+		return pv.Spec.HostPath.Path
+	case source == "local" && pv.Spec.Local != nil && pv.Spec.HostPath == nil:
+		return pv.Spec.Local.Path
+	}
+	return ""
+}
+
+// nodes are the hostnames the volume's node affinity allows.
+func (pv persistentVolume) nodes() []string {
+	var out []string
+	for _, term := range pv.Spec.NodeAffinity.Required.NodeSelectorTerms {
+		for _, e := range term.MatchExpressions {
+			if e.Key == "kubernetes.io/hostname" && e.Operator == "In" {
+				out = append(out, e.Values...)
+			}
+		}
+	}
+	return out
+}
+
+func randomToken(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+func applyObject(t *testing.T, obj any) {
+	t.Helper()
+	if err := cp.applyJSON(obj); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitPodPhase waits for a Pod's phase; on a timeout it shows how the
+// Pod and its claim are described, which says what they wait for.
+func waitPodPhase(t *testing.T, ns, pod, phase string, timeout time.Duration) {
+	t.Helper()
+	err := Eventually(timeout, ns+"/"+pod+" "+phase, func() (bool, error) {
+		var p struct{ Status struct{ Phase string } }
+		if err := cp.Get("/api/v1/namespaces/"+ns+"/pods/"+pod, &p); err != nil {
+			return false, err
+		}
+		if p.Status.Phase == "Failed" && phase != "Failed" {
+			return false, errors.New("the Pod failed")
+		}
+		return p.Status.Phase == phase, nil
+	})
+	if err != nil {
+		out, _ := cp.Kubectl("", "describe", "-n", ns, "pod/"+pod, "pvc")
+		t.Fatalf("%v\n%s\n%s", err, out, processLog(t, localPathProcess, 0))
+	}
+}
+
+// waitEvent waits for an Event with reason about an object.
+func waitEvent(t *testing.T, ns, kind, name, reason string) {
+	t.Helper()
+	err := Eventually(60*time.Second, "a "+reason+" Event for "+kind+" "+name, func() (bool, error) {
+		for _, e := range listIn(t, ns, "events", "") {
+			obj, _ := e["involvedObject"].(map[string]any)
+			if e["reason"] == reason && obj["kind"] == kind && obj["name"] == name {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deleteAndWait deletes an object and waits until the API server no longer
+// has it (its finalizers done).
+func deleteAndWait(t *testing.T, path string) {
+	t.Helper()
+	code, b, err := cp.Do("DELETE", path, nil, "")
+	if err != nil || (code != 200 && code != 202) {
+		t.Fatalf("DELETE %s: %d %s %v", path, code, b, err)
+	}
+	waitNotFound(t, path)
+}
+
+// waitNotFound waits until the API server answers 404 for path.
+func waitNotFound(t *testing.T, path string) {
+	t.Helper()
+	err := Eventually(2*time.Minute, path+" to be gone", func() (bool, error) {
+		code, _, err := cp.Do("GET", path, nil, "")
+		return code == 404, err
+	})
+	if err != nil {
+		out, _ := cp.Kubectl("", "get", "pv,pvc,pods", "-A", "-o", "wide")
+		t.Fatalf("%v\n%s\n%s", err, out, processLog(t, localPathProcess, 0))
+	}
+}
