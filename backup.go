@@ -5,7 +5,7 @@
 //
 //	member's JSON gateway -> snapshotReader (decode, check sha256)
 //	  -> gzip (optional) -> AES-256-GCM (optional) -> sha256 and size
-//	  -> S3 (one PUT, or a multipart upload above 64 MiB)
+//	  -> S3 (a multipart upload, in parts of 64 MiB)
 //
 // Everything it needs is read through the API server when the backup
 // starts: the Secrets (S3 credentials, the encryption key) and the member

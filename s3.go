@@ -10,8 +10,8 @@
 // which lets a body of known length be streamed as it is produced.
 //
 // Requests are path-style (http://HOST/BUCKET/KEY), which every
-// S3-compatible server understands. An object larger than one part is sent
-// as a multipart upload, and a failed one is aborted, so that no object
+// S3-compatible server understands. A stream is sent as a multipart
+// upload, part by part, and a failed one is aborted, so that no object
 // that looks complete is ever left behind: an object exists only once S3
 // has all of it.
 package main
@@ -36,7 +36,8 @@ import (
 
 const (
 	// s3PartSize is the part size of a stream whose length is known: each
-	// part is streamed straight from the snapshot, nothing is held.
+	// part is streamed straight from the snapshot, nothing is held, and a
+	// database of etcd's largest quota (8 GiB) takes 128 parts.
 	s3PartSize = 64 << 20
 	// s3BufferedPart is the part size of a stream whose length is not
 	// known in advance (gzip): S3 needs each part's length before its
@@ -239,27 +240,11 @@ func s3ErrorOf(op string, status int, body []byte) *s3Error {
 }
 
 // put stores the stream r under key. size is r's exact length, or -1 when
-// it is not known. Up to one part it is one PUT; beyond, a multipart
-// upload, aborted if anything fails. Either way the object appears only
-// once all of it has arrived.
-func (s *s3Client) put(ctx context.Context, key string, r io.Reader, size int64) error {
-	if size >= 0 && size <= s.partSize {
-		resp, err := s.send(ctx, s3Request{method: http.MethodPut, key: key, stream: r, size: size})
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		return nil
-	}
-	return s.putMultipart(ctx, key, r, size)
-}
-
-type completedPart struct {
-	PartNumber int
-	ETag       string
-}
-
-func (s *s3Client) putMultipart(ctx context.Context, key string, r io.Reader, size int64) (err error) {
+// it is not known. It is always a multipart upload, even of one part, and
+// aborted if anything fails: an object then appears only once all of it
+// has arrived. (A plain PUT whose body is cut midway is not safe: versitygw
+// v1.8.0 keeps what arrived as the object.)
+func (s *s3Client) put(ctx context.Context, key string, r io.Reader, size int64) (err error) {
 	var created struct{ UploadId string }
 	if err := s.call(ctx, s3Request{method: http.MethodPost, key: key, query: url.Values{"uploads": {""}}}, &created); err != nil {
 		return err
@@ -283,6 +268,11 @@ func (s *s3Client) putMultipart(ctx context.Context, key string, r io.Reader, si
 	return s.call(ctx, s3Request{method: http.MethodPost, key: key, query: url.Values{"uploadId": {created.UploadId}}, body: body}, nil)
 }
 
+type completedPart struct {
+	PartNumber int
+	ETag       string
+}
+
 // sendParts streams r as parts: with its length known, each part straight
 // from r; without, each part read into one buffer first.
 func (s *s3Client) sendParts(ctx context.Context, key, id string, r io.Reader, size int64) ([]completedPart, error) {
@@ -292,7 +282,7 @@ func (s *s3Client) sendParts(ctx context.Context, key, id string, r io.Reader, s
 		var body io.Reader
 		var length int64
 		if size >= 0 {
-			if sent == size {
+			if sent == size && n > 1 {
 				return parts, nil
 			}
 			// Limited: the transport reads a body to its end.

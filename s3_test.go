@@ -75,23 +75,24 @@ func TestAWSEscape(t *testing.T) {
 	}
 }
 
-// What put sends, by size: one PUT up to a part, a multipart upload above,
-// and buffered parts when the size is not known; the object is whole.
+// What put sends, by size: always a multipart upload, its parts streamed
+// when the size is known and buffered when not; the object is whole.
 func TestS3Put(t *testing.T) {
 	data := bytes.Repeat([]byte("0123456789abcdef"), 1000) // 16,000 bytes
 	tests := []struct {
 		name       string
 		size       int64 // as told to put
 		partSize   int64
-		wantPUTs   int // object and part PUTs
-		multipart  bool
 		bufferPart int64
+		wantParts  int
 	}{
-		{"one PUT", 16000, 16000, 1, false, 0},
-		{"known size, parts streamed", 16000, 5000, 4, true, 0},
-		{"known size, exact parts", 16000, 4000, 4, true, 0},
-		{"unknown size, parts buffered", -1, 16000, 4, true, 5000},
-		{"unknown size, one part", -1, 16000, 1, true, 20000},
+		{"one part", 16000, 16000, 0, 1},
+		{"known size, parts streamed", 16000, 5000, 0, 4},
+		{"known size, exact parts", 16000, 4000, 0, 4},
+		{"unknown size, parts buffered", -1, 16000, 5000, 4},
+		{"unknown size, one part", -1, 16000, 20000, 1},
+		{"unknown size, exact parts", -1, 16000, 8000, 2},
+		{"empty", 0, 16000, 0, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -101,18 +102,19 @@ func TestS3Put(t *testing.T) {
 			if tt.bufferPart > 0 {
 				s.bufferedPart = tt.bufferPart
 			}
-			if err := s.put(context.Background(), "a/b.db", bytes.NewReader(data), tt.size); err != nil {
+			want := data
+			if tt.size == 0 {
+				want = nil
+			}
+			if err := s.put(context.Background(), "a/b.db", bytes.NewReader(want), tt.size); err != nil {
 				t.Fatal(err)
 			}
 			got, ok := f.object("bkt", "a/b.db")
-			if !ok || !bytes.Equal(got, data) {
-				t.Fatalf("object: %d bytes (exists %v), want %d", len(got), ok, len(data))
+			if !ok || !bytes.Equal(got, want) {
+				t.Fatalf("object: %d bytes (exists %v), want %d", len(got), ok, len(want))
 			}
-			if n := f.count("PUT /bkt/a/b.db"); n != tt.wantPUTs {
-				t.Errorf("%d PUTs, want %d", n, tt.wantPUTs)
-			}
-			if n := f.count("?uploads"); (n == 1) != tt.multipart {
-				t.Errorf("%d multipart uploads started, want multipart %v", n, tt.multipart)
+			if n := f.count("PUT /bkt/a/b.db?partNumber"); n != tt.wantParts {
+				t.Errorf("%d parts, want %d", n, tt.wantParts)
 			}
 			if f.openUploads() != 0 {
 				t.Errorf("%d uploads left open", f.openUploads())
@@ -144,7 +146,7 @@ func TestS3PutCutStream(t *testing.T) {
 		size     int64
 		partSize int64
 	}{
-		{"one PUT", 10000, 20000},
+		{"in the only part", 10000, 20000},
 		{"known size, in the second part", 10000, 4000},
 		{"known size, in the last part", 10000, 3000},
 		{"unknown size", -1, 20000},
