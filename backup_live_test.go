@@ -43,11 +43,11 @@ func liveEnv(t *testing.T, names ...string) []string {
 func liveS3(t *testing.T, bucket string) *s3Client {
 	t.Helper()
 	env := liveEnv(t, "LIVE_S3_URL", "LIVE_S3_ACCESS", "LIVE_S3_SECRET")
+	smallParts(t)
 	s, err := newS3Client(env[0], bucket, "us-east-1", env[1], env[2])
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.partSize, s.bufferedPart = 5<<20, 5<<20 // S3's smallest parts: multipart at test sizes
 	return s
 }
 
@@ -103,6 +103,14 @@ func TestLiveS3(t *testing.T) {
 	if _, err := liveS3(t, "no-such-bucket").list(ctx, ""); !isS3Code(err, "NoSuchBucket") {
 		t.Errorf("missing bucket: %v", err)
 	}
+}
+
+// smallParts makes parts of S3's smallest size, 5 MiB, so that a test
+// cluster's database takes several.
+func smallParts(t *testing.T) {
+	part, buffered := s3PartSize, s3BufferedPart
+	s3PartSize, s3BufferedPart = 5<<20, 5<<20
+	t.Cleanup(func() { s3PartSize, s3BufferedPart = part, buffered })
 }
 
 func liveGet(t *testing.T, s *s3Client, key string) []byte {
@@ -161,6 +169,7 @@ func TestLiveBackup(t *testing.T) {
 	if err != nil || spec == nil {
 		t.Fatalf("spec.backup: %+v, %v", spec, err)
 	}
+	smallParts(t)
 	var st backupState
 	st.merge(ec.Status)
 	before := st.Last
@@ -174,7 +183,6 @@ func TestLiveBackup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store.partSize, store.bufferedPart = 5<<20, 5<<20
 	obj := liveGet(t, store, st.Last.Key)
 	objSum := sha256.Sum256(obj)
 	if int64(len(obj)) != st.Last.Size || st.Last.SHA256 != hex.EncodeToString(objSum[:]) {

@@ -34,17 +34,22 @@ import (
 	"time"
 )
 
-const (
+// Part sizes: variables only so that the live tests can make several
+// parts of a test cluster's database.
+var (
 	// s3PartSize is the part size of a stream whose length is known: each
 	// part is streamed straight from the snapshot, nothing is held, and a
 	// database of etcd's largest quota (8 GiB) takes 128 parts.
-	s3PartSize = 64 << 20
+	s3PartSize int64 = 64 << 20
 	// s3BufferedPart is the part size of a stream whose length is not
 	// known in advance (gzip): S3 needs each part's length before its
 	// body, so such a part is held in memory. 5 MiB is S3's minimum.
-	s3BufferedPart = 8 << 20
-	s3MaxParts     = 10000
-	unsignedBody   = "UNSIGNED-PAYLOAD"
+	s3BufferedPart int64 = 8 << 20
+)
+
+const (
+	s3MaxParts   = 10000
+	unsignedBody = "UNSIGNED-PAYLOAD"
 )
 
 // emptyHash is the sha256 of no bytes: the payload hash of a bodiless request.
