@@ -203,6 +203,9 @@ func (b *backups) run(ctx context.Context, j *backupJob) {
 // false: only when the object changes).
 func (b *backups) step(ctx context.Context, ec *EtcdCluster, st *backupState) (time.Duration, bool) {
 	spec, err := parseBackupSpec(ec.Spec)
+	if spec == nil && err == nil {
+		return 0, false // spec.backup is gone; update stops this schedule
+	}
 	if err != nil {
 		if err.Error() != st.specError {
 			st.specError = err.Error()

@@ -43,8 +43,9 @@ var (
 	s3PartSize int64 = 64 << 20
 	// s3BufferedPart is the part size of a stream whose length is not
 	// known in advance (gzip): S3 needs each part's length before its
-	// body, so such a part is held in memory. 5 MiB is S3's minimum.
-	s3BufferedPart int64 = 8 << 20
+	// body, so such a part is held in memory. S3's smallest, 5 MiB, keeps
+	// memory low and still allows objects of 48 GiB.
+	s3BufferedPart int64 = 5 << 20
 )
 
 const (

@@ -53,6 +53,9 @@ func TestSnapshotReader(t *testing.T) {
 		{"cut before the sha256", strings.Join(lines[:len(lines)-2], ""), "cut after 10000 of 10032"},
 		{"more than announced", strings.Join(lines[:len(lines)-1], "") + lines[len(lines)-2], "more than"},
 		{"not JSON", "<html>proxy error</html>", "cut after"},
+		{"a message with no result", strings.Join(lines[:3], "") + `{"other":1}` + "\n" + strings.Join(lines[3:], ""), "neither result nor error"},
+		{"a blob that is not base64", strings.Join(lines[:3], "") + `{"result":{"blob":"!!!!"}}` + "\n", "blob"},
+		{"a blob with escapes", strings.Replace(good, "/", `\/`, -1), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
