@@ -82,6 +82,9 @@ type backupFailure struct {
 	Time     string `json:"time"`
 	Message  string `json:"message"`
 	Attempts int    `json:"attempts"` // failures in a row
+	// Generation is the metadata.generation of the spec that failed: a
+	// new spec is tried at once.
+	Generation int64 `json:"generation"`
 }
 
 var bucketName = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)

@@ -116,26 +116,28 @@ func TestBackupDue(t *testing.T) {
 		schedule time.Duration
 		now      string
 		st       backupState
+		gen      int64
 		due      bool
 		wait     time.Duration
 	}{
-		{"nothing asked", 0, "", backupState{}, false, 0},
-		{"first scheduled", time.Hour, "", backupState{}, true, 0},
-		{"scheduled, not yet", time.Hour, "", backupState{Last: last(20*time.Minute, "")}, false, 40 * time.Minute},
-		{"scheduled, due", time.Hour, "", backupState{Last: last(time.Hour, "")}, true, 0},
-		{"on demand", 0, "a", backupState{}, true, 0},
-		{"on demand, answered", 0, "a", backupState{Last: last(time.Minute, "a")}, false, 0},
-		{"on demand, new token", time.Hour, "b", backupState{Last: last(time.Minute, "a")}, true, 0},
-		{"failed, retry later", time.Hour, "", backupState{Failure: fail(5*time.Second, 1)}, false, 5 * time.Second},
-		{"failed twice, longer", 0, "a", backupState{Failure: fail(5*time.Second, 2)}, false, 15 * time.Second},
-		{"failed long ago", 0, "a", backupState{Failure: fail(time.Hour, 9)}, true, 0},
-		{"failure older than the last success", time.Hour, "", backupState{Last: last(time.Hour, ""), Failure: fail(2*time.Hour, 5)}, true, 0},
-		{"retry capped", 0, "a", backupState{Failure: fail(time.Minute, 30)}, false, 4 * time.Minute},
+		{"nothing asked", 0, "", backupState{}, 0, false, 0},
+		{"first scheduled", time.Hour, "", backupState{}, 0, true, 0},
+		{"scheduled, not yet", time.Hour, "", backupState{Last: last(20*time.Minute, "")}, 0, false, 40 * time.Minute},
+		{"scheduled, due", time.Hour, "", backupState{Last: last(time.Hour, "")}, 0, true, 0},
+		{"on demand", 0, "a", backupState{}, 0, true, 0},
+		{"on demand, answered", 0, "a", backupState{Last: last(time.Minute, "a")}, 0, false, 0},
+		{"on demand, new token", time.Hour, "b", backupState{Last: last(time.Minute, "a")}, 0, true, 0},
+		{"failed, retry later", time.Hour, "", backupState{Failure: fail(5*time.Second, 1)}, 0, false, 5 * time.Second},
+		{"failed twice, longer", 0, "a", backupState{Failure: fail(5*time.Second, 2)}, 0, false, 15 * time.Second},
+		{"failed long ago", 0, "a", backupState{Failure: fail(time.Hour, 9)}, 0, true, 0},
+		{"failure older than the last success", time.Hour, "", backupState{Last: last(time.Hour, ""), Failure: fail(2*time.Hour, 5)}, 0, true, 0},
+		{"retry capped", 0, "a", backupState{Failure: fail(time.Minute, 30)}, 0, false, 4 * time.Minute},
+		{"failed under an older spec", 0, "a", backupState{Failure: fail(5*time.Second, 2)}, 1, true, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			spec := &backupSpec{interval: tt.schedule, Now: tt.now}
-			due, wait := backupDue(spec, &tt.st, now)
+			due, wait := backupDue(spec, &tt.st, tt.gen, now)
 			if due != tt.due || wait != tt.wait {
 				t.Errorf("backupDue = %v, %v; want %v, %v", due, wait, tt.due, tt.wait)
 			}
@@ -423,6 +425,13 @@ func TestBackupStepFailure(t *testing.T) {
 			t.Fatalf("patches: %v", patches)
 		}
 		st.Failure.Time = time.Now().Add(-time.Hour).UTC().Format(time.RFC3339) // as if the wait were over
+	}
+	// A changed spec is tried at once, its failures counted afresh.
+	st.Failure.Time = time.Now().UTC().Format(time.RFC3339)
+	ec.Metadata.Generation++
+	b.step(context.Background(), ec, &st)
+	if patches := a.statusPatches(); len(patches) != 3 || !strings.Contains(patches[2], `"attempts":1`) {
+		t.Fatalf("after a spec change: %v", patches)
 	}
 }
 

@@ -11,7 +11,8 @@
 // A backup is due when spec.backup.now holds a value that no backup has
 // answered yet (on demand), or when the last backup is spec.backup.schedule
 // old. A failure is retried with backoff (10 s, doubling up to 5 min),
-// whatever asked for the backup. The status says what happened:
+// whatever asked for the backup, until the spec changes: a fixed
+// spec.backup, or a new spec.backup.now, is tried at once. The status says what happened:
 // status.lastBackup is the last success, status.backupFailure the last
 // failure until the next success; each also makes an Event. The
 // goroutine writes only those two fields, with a merge patch, and the
@@ -149,9 +150,10 @@ func backupRetryDelay(attempts int) time.Duration {
 	return min(10*time.Second<<min(max(attempts-1, 0), 10), 5*time.Minute)
 }
 
-// backupDue says whether a backup is due at now, and if not how long
-// until one is (0: none is asked for).
-func backupDue(spec *backupSpec, st *backupState, now time.Time) (bool, time.Duration) {
+// backupDue says whether a backup is due at now for the spec of the
+// given generation, and if not how long until one is (0: none is asked
+// for). A failure under the same generation delays the next try.
+func backupDue(spec *backupSpec, st *backupState, generation int64, now time.Time) (bool, time.Duration) {
 	var at time.Time // zero: at once
 	asked := spec.Now != "" && (st.Last == nil || st.Last.Now != spec.Now)
 	if spec.interval > 0 {
@@ -167,7 +169,7 @@ func backupDue(spec *backupSpec, st *backupState, now time.Time) (bool, time.Dur
 	if !asked {
 		return false, 0
 	}
-	if f := st.failing(); f != nil {
+	if f := st.failing(); f != nil && f.Generation == generation {
 		if retry := parseTime(f.Time).Add(backupRetryDelay(f.Attempts)); retry.After(at) {
 			at = retry
 		}
@@ -214,7 +216,7 @@ func (b *backups) step(ctx context.Context, ec *EtcdCluster, st *backupState) (t
 		return 0, false
 	}
 	st.specError = ""
-	due, wait := backupDue(spec, st, time.Now())
+	due, wait := backupDue(spec, st, ec.Metadata.Generation, time.Now())
 	if !due {
 		return wait, wait > 0
 	}
@@ -256,10 +258,10 @@ func (b *backups) succeeded(ctx context.Context, ec *EtcdCluster, spec *backupSp
 
 func (b *backups) failed(ctx context.Context, ec *EtcdCluster, st *backupState, err error) {
 	attempts := 1
-	if f := st.failing(); f != nil {
+	if f := st.failing(); f != nil && f.Generation == ec.Metadata.Generation {
 		attempts = f.Attempts + 1
 	}
-	st.Failure = &backupFailure{Time: time.Now().UTC().Format(time.RFC3339), Message: err.Error(), Attempts: attempts}
+	st.Failure = &backupFailure{Time: time.Now().UTC().Format(time.RFC3339), Message: err.Error(), Attempts: attempts, Generation: ec.Metadata.Generation}
 	b.c.log.Warn("backup failed", "cluster", ec.key(), "attempts", attempts, "retryIn", backupRetryDelay(attempts), "err", err)
 	b.c.events.record(ec, eventWarning, "BackupFailed", err.Error())
 	b.writeStatus(ctx, ec, map[string]any{"backupFailure": st.Failure})
