@@ -12,14 +12,19 @@
 // answered yet (on demand), or when the last backup is spec.backup.schedule
 // old. A failure is retried with backoff (10 s, doubling up to 5 min),
 // whatever asked for the backup, until the spec changes: a fixed
-// spec.backup, or a new spec.backup.now, is tried at once. The status says what happened:
-// status.lastBackup is the last success, status.backupFailure the last
-// failure until the next success; each also makes an Event. The
-// goroutine writes only those two fields, with a merge patch, and the
-// control loop's status writes leave them alone.
+// spec.backup, or a new spec.backup.now, is tried at once. The status
+// says what happened: status.lastBackup is the last success,
+// status.backupFailure the last failure until the next success; each
+// also makes an Event. The goroutine writes only those two fields, with
+// a merge patch, and the control loop's status writes leave them alone.
+//
+// A backup stopped midway (the operator killed, the cluster deleted)
+// leaves at most an unfinished multipart upload, which is no object; the
+// next backup of the cluster aborts it first.
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -102,7 +107,12 @@ func (b *backups) stop() {
 	b.wg.Wait()
 }
 
+// hasBackup reports whether a spec has spec.backup; most have not, and
+// tell at a glance.
 func hasBackup(spec json.RawMessage) bool {
+	if !bytes.Contains(spec, []byte(`"backup"`)) {
+		return false
+	}
 	var s struct {
 		Backup json.RawMessage `json:"backup"`
 	}
