@@ -85,6 +85,12 @@ func TestLiveS3(t *testing.T) {
 			t.Errorf("cut %s: the object exists", tt.name)
 		}
 	}
+	// versitygw v1.8.0 may store a part whose body was cut after the
+	// upload was aborted (it answers that PUT 200), which makes the upload
+	// open again: no object, and the next backup aborts it first, as here.
+	if err := s.abortUploads(ctx, prefix); err != nil {
+		t.Fatal(err)
+	}
 	liveNoUploads(t, s, prefix)
 	objs, err := s.list(ctx, prefix)
 	if err != nil || len(objs) != 3 {
