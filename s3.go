@@ -249,7 +249,9 @@ func s3ErrorOf(op string, status int, body []byte) *s3Error {
 // it is not known. It is always a multipart upload, even of one part, and
 // aborted if anything fails: an object then appears only once all of it
 // has arrived. (A plain PUT whose body is cut midway is not safe: versitygw
-// v1.8.0 keeps what arrived as the object.)
+// v1.8.0 keeps what arrived as the object. It may also store a cut part
+// after the abort, opening the upload again; abortUploads, which every
+// backup calls first, clears that.)
 func (s *s3Client) put(ctx context.Context, key string, r io.Reader, size int64) (err error) {
 	var created struct{ UploadId string }
 	if err := s.call(ctx, s3Request{method: http.MethodPost, key: key, query: url.Values{"uploads": {""}}}, &created); err != nil {
