@@ -37,6 +37,9 @@ type controller struct {
 	expect map[string]string
 	ready  map[uint64]bool
 	seed   maphash.Seed
+	// backups runs the backup schedule of each cluster with spec.backup
+	// (backupschedule.go), beside the passes.
+	backups *backups
 }
 
 // run is the control loop. Pod events are read only once the first list
@@ -47,6 +50,8 @@ type controller struct {
 func (c *controller) run(ctx context.Context, clusters <-chan event[*EtcdCluster], pods <-chan event[podEvent], synced, podsSynced <-chan struct{}, workers int) {
 	q := newQueue()
 	c.expect, c.ready, c.seed = map[string]string{}, map[uint64]bool{}, maphash.MakeSeed()
+	c.backups = newBackups(ctx, c)
+	defer c.backups.stop()
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() { c.work(ctx, q) })
@@ -84,11 +89,13 @@ func (c *controller) run(ctx context.Context, clusters <-chan event[*EtcdCluster
 func (c *controller) clusterEvent(q *queue, ev event[*EtcdCluster], podsListed bool) {
 	ec := ev.Object
 	if ev.Type == "DELETED" {
+		c.backups.remove(ec)
 		delete(c.expect, ec.key())
 		q.forget(ec)
 		c.log.Info("cluster deleted; the garbage collector removes its objects", "cluster", ec.key())
 		return
 	}
+	c.backups.update(ec)
 	st := ec.status()
 	c.expect[ec.key()] = expectation(st)
 	// A settled status that disagrees with the Pods (a Pod changed while

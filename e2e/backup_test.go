@@ -1,0 +1,323 @@
+package e2e
+
+// Backups (issue 25, first stage) against a real S3-compatible server,
+// versitygw (s3server.go), and a real 3-member cluster on the node. The
+// operator's control loop does not call its backup code yet, so these
+// tests run the operator package's live tests (../backup_live_test.go)
+// with the servers' addresses in the environment: the operator's own code
+// (the S3 client, the snapshot stream through the API server's Pod proxy,
+// a step of the schedule and its goroutine), from inside its package.
+// What it wrote is checked with an independent client, the aws CLI, where
+// it is installed.
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// backupRecord is status.lastBackup.
+type backupRecord struct {
+	Time, Key, SHA256, Duration, Member, Now string
+	Revision, Size                           int64
+}
+
+// The CRD's schema takes spec.backup, fills its defaults, and refuses
+// what the operator could not use, naming the field.
+func TestBackupSchema(t *testing.T) {
+	ns := "backup-schema"
+	if err := cp.CreateNamespace(ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = cp.Kubectl("", "delete", "namespace", ns, "--wait=false") })
+	s3 := `"s3":{"endpoint":"http://127.0.0.1:7070","bucket":"backups","credentialsSecret":"s3"}`
+	tests := []struct {
+		name, backup, err string
+	}{
+		{"valid", `{` + s3 + `,"schedule":"30s","gzip":true,"now":"1"}`, ""},
+		{"bucket", `{"s3":{"endpoint":"http://h","bucket":"Bad_Bucket","credentialsSecret":"s3"}}`, "spec.backup.s3.bucket"},
+		{"endpoint", `{"s3":{"endpoint":"s3.example.com","bucket":"backups","credentialsSecret":"s3"}}`, "spec.backup.s3.endpoint"},
+		{"credentials", `{"s3":{"endpoint":"http://h","bucket":"backups"}}`, "spec.backup.s3.credentialsSecret"},
+		{"keep", `{` + s3 + `,"keep":0}`, "spec.backup.keep"},
+		{"schedule", `{` + s3 + `,"schedule":"daily"}`, "spec.backup.schedule"},
+		{"no s3", `{"now":"1"}`, "spec.backup.s3"},
+	}
+	for i, tt := range tests {
+		body := fmt.Sprintf(`{"apiVersion":"coreos.com/v1","kind":"EtcdCluster","metadata":{"name":"c%d"},"spec":{"size":1,"backup":%s}}`, i, tt.backup)
+		code, b, err := cp.Do("POST", "/apis/coreos.com/v1/namespaces/"+ns+"/etcdclusters", []byte(body), "application/json")
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case tt.err == "" && code != 201:
+			t.Errorf("%s: %d %s", tt.name, code, b)
+		case tt.err == "":
+			var o struct {
+				Spec struct{ Backup map[string]any }
+			}
+			json.Unmarshal(b, &o)
+			if s3, _ := o.Spec.Backup["s3"].(map[string]any); s3["region"] != "us-east-1" || o.Spec.Backup["keep"] != 3.0 {
+				t.Errorf("%s: defaults not filled in: %v", tt.name, o.Spec.Backup)
+			}
+		case code != 422 || !strings.Contains(string(b), tt.err):
+			t.Errorf("%s: %d %s, want 422 naming %s", tt.name, code, b, tt.err)
+		}
+	}
+}
+
+// startS3 starts a versitygw of the test's own with a bucket "backups".
+func startS3(t *testing.T, name string) *S3Server {
+	t.Helper()
+	s, err := cp.StartS3Server(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cp.StopProcess(name, 5*time.Second) })
+	if err := s.MakeBucket("backups"); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// runLive runs one of the operator package's live tests with env and
+// returns its output.
+func runLive(t *testing.T, test string, env map[string]string) string {
+	t.Helper()
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "test", "-count=1", "-v", "-run", "^"+test+"$", ".")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: "+test) {
+		t.Fatalf("%s: %v\n%s", test, err, out)
+	}
+	return string(out)
+}
+
+func (s *S3Server) liveEnv() map[string]string {
+	return map[string]string{"LIVE_S3_URL": s.URL, "LIVE_S3_ACCESS": s.AccessKey, "LIVE_S3_SECRET": s.SecretKey, "LIVE_S3_BUCKET": "backups"}
+}
+
+// The operator's S3 client against versitygw: a stream in one part and in
+// several, of known and unknown size; streams cut midway leave no object
+// and no upload; a wrong secret and a missing bucket are refused.
+func TestBackupS3Client(t *testing.T) {
+	s := startS3(t, "versitygw-s3client")
+	runLive(t, "TestLiveS3", s.liveEnv())
+}
+
+// aws runs the aws CLI against s, or skips the check when it is missing.
+func (s *S3Server) aws(t *testing.T, args ...string) (string, bool) {
+	t.Helper()
+	if _, err := exec.LookPath("aws"); err != nil {
+		t.Log("no aws CLI: the independent check is skipped")
+		return "", false
+	}
+	cmd := exec.Command("aws", append([]string{"--endpoint-url", s.URL}, args...)...)
+	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+s.AccessKey, "AWS_SECRET_ACCESS_KEY="+s.SecretKey, "AWS_DEFAULT_REGION="+s.Region, "AWS_EC2_METADATA_DISABLED=true")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("aws %v: %v\n%s", args, err, out)
+	}
+	return string(out), true
+}
+
+// listed is what the aws CLI lists under prefix: key -> size.
+func (s *S3Server) listed(t *testing.T, prefix string) (map[string]int64, bool) {
+	t.Helper()
+	out, ok := s.aws(t, "s3api", "list-objects-v2", "--bucket", "backups", "--prefix", prefix, "--output", "json")
+	if !ok {
+		return nil, false
+	}
+	var l struct {
+		Contents []struct {
+			Key  string
+			Size int64
+		}
+	}
+	if out != "" {
+		if err := json.Unmarshal([]byte(out), &l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := map[string]int64{}
+	for _, o := range l.Contents {
+		m[o.Key] = o.Size
+	}
+	return m, true
+}
+
+// parts is the number of parts an object was uploaded in, from its ETag
+// ("md5-N" for a multipart upload).
+func (s *S3Server) parts(t *testing.T, key string) (int, bool) {
+	t.Helper()
+	out, ok := s.aws(t, "s3api", "head-object", "--bucket", "backups", "--key", key, "--output", "json")
+	if !ok {
+		return 0, false
+	}
+	var h struct{ ETag string }
+	if err := json.Unmarshal([]byte(out), &h); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	if _, count, found := strings.Cut(strings.Trim(h.ETag, `"`), "-"); found {
+		fmt.Sscan(count, &n)
+	}
+	return n, true
+}
+
+// download fetches an object with the aws CLI.
+func (s *S3Server) download(t *testing.T, key string) ([]byte, bool) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "object")
+	if _, ok := s.aws(t, "s3", "cp", "--only-show-errors", "s3://backups/"+key, file); !ok {
+		return nil, false
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, true
+}
+
+// A real cluster of 3 with 10,000 keys, backed up to versitygw: a plain
+// snapshot, then compressed and encrypted, each a multipart upload of
+// several parts; wrong credentials and a missing bucket refused with
+// nothing written; a schedule with retention 3 leaving exactly 3 objects.
+func TestBackupCluster(t *testing.T) {
+	ns := "backup-cluster"
+	d := startDay2(t, ns, "example", 3, "")
+	s := startS3(t, "versitygw-"+ns)
+	d.running(3)
+	rev := d.writeKeys(10000)
+	d.secret("s3", map[string]string{"accessKeyID": s.AccessKey, "secretAccessKey": s.SecretKey})
+	d.secret("s3-wrong", map[string]string{"accessKeyID": s.AccessKey, "secretAccessKey": "not-the-secret"})
+	d.secret("backup-key", map[string]string{"key": strings.Repeat("0123456789abcdef", 4)})
+	prefix := "e2e/" + ns + "/example/"
+	env := map[string]string{"LIVE_MASTER": cp.ProxyURL, "LIVE_NAMESPACE": ns, "LIVE_CLUSTER": "example",
+		"LIVE_WANT": "/backup/key-00000,/backup/key-09999,value-09999-"}
+	base := map[string]any{"endpoint": s.URL, "bucket": "backups", "prefix": "e2e", "credentialsSecret": "s3"}
+
+	d.setBackup(map[string]any{"s3": base, "now": "plain"})
+	plain := liveRecord(t, runLive(t, "TestLiveBackup", env))
+	if plain.Revision < rev || plain.Size <= 5<<20 || !strings.HasSuffix(plain.Key, ".db") || d.lastBackup().Key != plain.Key {
+		t.Fatalf("plain backup %+v (keys written at revision %d), status %+v", plain, rev, d.lastBackup())
+	}
+	t.Logf("plain backup: %+v", plain)
+	if n, ok := s.parts(t, plain.Key); ok && int64(n) != (plain.Size+5<<20-1)/(5<<20) {
+		t.Errorf("the plain backup of %d bytes came in %d parts, want parts of 5 MiB", plain.Size, n)
+	}
+	if obj, ok := s.download(t, plain.Key); ok {
+		sum := sha256.Sum256(obj)
+		db := obj[:len(obj)-32]
+		dbSum := sha256.Sum256(db)
+		if hex.EncodeToString(sum[:]) != plain.SHA256 || !bytes.Equal(dbSum[:], obj[len(obj)-32:]) || !bytes.Contains(db, []byte("/backup/key-09999")) {
+			t.Errorf("the object the aws CLI reads (%d bytes) is not the snapshot recorded", len(obj))
+		}
+	}
+
+	d.setBackup(map[string]any{"s3": base, "gzip": true, "encryptionKeySecret": "backup-key", "now": "sealed"})
+	sealed := liveRecord(t, runLive(t, "TestLiveBackup", env))
+	if !strings.HasSuffix(sealed.Key, ".db.gz.enc") || sealed.Size >= plain.Size {
+		t.Errorf("compressed and encrypted backup %+v, plain was %d bytes", sealed, plain.Size)
+	}
+	if obj, ok := s.download(t, sealed.Key); ok {
+		sum := sha256.Sum256(obj)
+		if hex.EncodeToString(sum[:]) != sealed.SHA256 || bytes.Contains(obj, []byte("/backup/key-")) {
+			t.Errorf("the sealed object the aws CLI reads (%d bytes) is not the one recorded, or not encrypted", len(obj))
+		}
+	}
+
+	before, _ := s.listed(t, prefix)
+	for _, bad := range []struct{ secret, bucket, err string }{
+		{"s3-wrong", "backups", "SignatureDoesNotMatch"},
+		{"s3", "no-such-bucket", "NoSuchBucket"},
+	} {
+		d.setBackup(map[string]any{"s3": map[string]any{"endpoint": s.URL, "bucket": bad.bucket, "prefix": "e2e", "credentialsSecret": bad.secret}, "now": bad.err})
+		runLive(t, "TestLiveBackupFails", map[string]string{"LIVE_MASTER": cp.ProxyURL, "LIVE_NAMESPACE": ns, "LIVE_CLUSTER": "example", "LIVE_WANT_ERROR": bad.err})
+	}
+	if after, ok := s.listed(t, prefix); ok && len(after) != len(before) {
+		t.Errorf("refused backups changed the bucket: %v, then %v", before, after)
+	}
+
+	d.setBackup(map[string]any{"s3": base, "schedule": "10s", "keep": 3})
+	runLive(t, "TestLiveSchedule", map[string]string{"LIVE_MASTER": cp.ProxyURL, "LIVE_NAMESPACE": ns, "LIVE_CLUSTER": "example", "LIVE_BACKUPS": "4"})
+	if objs, ok := s.listed(t, prefix); ok {
+		if _, newest := objs[d.lastBackup().Key]; len(objs) != 3 || !newest {
+			t.Errorf("after 4 scheduled backups with keep 3: %v (last backup %s)", objs, d.lastBackup().Key)
+		}
+	}
+}
+
+// liveRecord is the record a live test logged.
+func liveRecord(t *testing.T, out string) backupRecord {
+	t.Helper()
+	m := regexp.MustCompile(`LIVE-RECORD (\{.*\})`).FindStringSubmatch(out)
+	var r backupRecord
+	if m == nil || json.Unmarshal([]byte(m[1]), &r) != nil {
+		t.Fatalf("no record in:\n%s", out)
+	}
+	return r
+}
+
+// writeKeys writes /backup/key-00000 ... in transactions of 100 and
+// returns the revision after the last.
+func (d *day2) writeKeys(n int) int64 {
+	d.t.Helper()
+	var rev int64
+	for i := 0; i < n; i += 100 {
+		var ops []any
+		for j := i; j < min(i+100, n); j++ {
+			value := fmt.Sprintf("value-%05d-%s", j, strings.Repeat("x", 1000))
+			ops = append(ops, map[string]any{"requestPut": map[string]string{"key": b64(fmt.Sprintf("/backup/key-%05d", j)), "value": b64(value)}})
+		}
+		var resp struct{ Header struct{ Revision string } }
+		if err := d.etcd(d.member(0), "/v3/kv/txn", map[string]any{"success": ops}, &resp); err != nil {
+			d.t.Fatal(err)
+		}
+		fmt.Sscan(resp.Header.Revision, &rev)
+	}
+	return rev
+}
+
+func (d *day2) secret(name string, data map[string]string) {
+	d.t.Helper()
+	body, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": map[string]any{"name": name}, "stringData": data})
+	code, b, err := cp.Do("POST", "/api/v1/namespaces/"+d.ns+"/secrets", body, "application/json")
+	if err != nil || code != 201 {
+		d.t.Fatalf("create Secret %s: %v %d %s", name, err, code, b)
+	}
+}
+
+// setBackup sets spec.backup as a whole (a JSON patch: a merge patch would
+// keep the fields it does not name).
+func (d *day2) setBackup(backup map[string]any) {
+	d.t.Helper()
+	body, _ := json.Marshal([]any{map[string]any{"op": "add", "path": "/spec/backup", "value": backup}})
+	code, b, err := cp.Do("PATCH", "/apis/coreos.com/v1/namespaces/"+d.ns+"/etcdclusters/"+d.name, body, "application/json-patch+json")
+	if err != nil || code != 200 {
+		d.t.Fatalf("set spec.backup: %v %d %s", err, code, b)
+	}
+}
+
+func (d *day2) lastBackup() backupRecord {
+	var o struct {
+		Status struct{ LastBackup backupRecord }
+	}
+	_ = cp.Get("/apis/coreos.com/v1/namespaces/"+d.ns+"/etcdclusters/"+d.name, &o)
+	return o.Status.LastBackup
+}
