@@ -15,8 +15,9 @@ func queued(name string, gen int64, refresh bool) item {
 }
 
 // drain takes every item that is ready, handling each at once, and says
-// what it took: "name/generation", with " refresh" when asked to read again.
-func drain(q *queue) []string {
+// what it took: "name/generation", with " refresh" when asked to read
+// again. It fails the test if busy, held by another worker, is handed out.
+func drain(t *testing.T, q *queue, busy string) []string {
 	var got []string
 	for {
 		q.mu.Lock()
@@ -26,6 +27,9 @@ func drain(q *queue) []string {
 			return got
 		}
 		it, _ := q.get()
+		if it.cluster.Metadata.Name == busy {
+			t.Fatalf("%s handed to a second worker while the first holds it", busy)
+		}
 		s := fmt.Sprintf("%s/%d", it.cluster.Metadata.Name, it.cluster.Metadata.Generation)
 		if it.refresh {
 			s += " refresh"
@@ -63,39 +67,17 @@ func TestQueueFoldsAndDrops(t *testing.T) {
 				q.add(it)
 			}
 			// While a/1 is worked on, a second worker gets only other clusters.
-			for _, s := range drainOthers(q, "a") {
-				got = append(got, s)
-			}
+			got = append(got, drain(t, q, "a")...)
 			q.done(first, first.cluster, nil)
-			got = append(got, drain(q)...)
+			got = append(got, drain(t, q, "")...)
 			for _, it := range tc.after {
 				q.add(it)
 			}
-			got = append(got, drain(q)...)
+			got = append(got, drain(t, q, "")...)
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("handled %v, want %v", got, tc.want)
 			}
 		})
-	}
-}
-
-// drainOthers handles what is ready while busy is held by a worker; it
-// fails the test if the busy cluster is handed out twice.
-func drainOthers(q *queue, busy string) []string {
-	var got []string
-	for {
-		q.mu.Lock()
-		n := len(q.order)
-		q.mu.Unlock()
-		if n == 0 {
-			return got
-		}
-		it, _ := q.get()
-		if it.cluster.Metadata.Name == busy {
-			panic("a cluster handed to a second worker while the first holds it")
-		}
-		got = append(got, fmt.Sprintf("%s/%d", it.cluster.Metadata.Name, it.cluster.Metadata.Generation))
-		q.done(it, it.cluster, nil)
 	}
 }
 

@@ -813,24 +813,16 @@ func (m *model) writeStatus(prev, st clusterStatus) error {
 	return nil
 }
 
-// failed is main.go's failed: the step's error in the status, Failed when
-// it was refused rather than not reached.
+// failed reports a failed step as reconcile does, with status.go's failed:
+// the step's error in the status, Failed when it was refused rather than
+// not reached.
 func (m *model) failed(prev, st clusterStatus, err error) {
 	m.tracef("step failed: %v", err)
-	st.Message = fmt.Sprintf("%s: %v (will retry)", st.Message, err)
 	var e *simErr
-	if errors.As(err, &e) && e.code < 500 {
-		st.Phase = phaseFailed
+	if errors.As(err, &e) {
+		err = &apiError{Method: "POST", Path: "/", Code: e.code, Message: e.msg}
 	}
-	st.Conditions = slices.Clone(st.Conditions)
-	for i, cond := range st.Conditions {
-		if cond.Type == condProgressing {
-			if cond.Status != "True" {
-				st.Conditions[i].LastTransitionTime = ""
-			}
-			st.Conditions[i].Status, st.Conditions[i].Reason, st.Conditions[i].Message = "True", reasonStepFailed, st.Message
-		}
-	}
+	st, _ = failed(st, st.Message, err)
 	_ = m.writeStatus(prev, st)
 }
 
