@@ -10,14 +10,9 @@ package main
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -141,139 +136,5 @@ func liveNoUploads(t *testing.T, s *s3Client, prefix string) {
 	}
 	if len(l.Upload) != 0 {
 		t.Errorf("multipart uploads left open: %v", l.Upload)
-	}
-}
-
-// liveController talks to the API server at LIVE_MASTER (kubectl proxy).
-func liveController(t *testing.T) (*controller, *EtcdCluster) {
-	t.Helper()
-	env := liveEnv(t, "LIVE_MASTER", "LIVE_NAMESPACE", "LIVE_CLUSTER")
-	cl := newClient(env[0], nil)
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	c := &controller{client: cl, log: log, image: repo, events: newRecorder(cl, log)}
-	return c, liveCluster(t, c, env[1], env[2])
-}
-
-func liveCluster(t *testing.T, c *controller, ns, name string) *EtcdCluster {
-	t.Helper()
-	var ec EtcdCluster
-	if err := c.getJSON(context.Background(), clustersPath(ns)+"/"+name, &ec); err != nil {
-		t.Fatal(err)
-	}
-	return &ec
-}
-
-// One step of the schedule on a real cluster, as spec.backup says: the
-// backup is made and recorded in the status, and the object, undone,
-// is a snapshot whose sha256 matches and that holds LIVE_WANT (keys
-// written before).
-func TestLiveBackup(t *testing.T) {
-	want := liveEnv(t, "LIVE_WANT")[0]
-	c, ec := liveController(t)
-	ctx := context.Background()
-	spec, err := parseBackupSpec(ec.Spec)
-	if err != nil || spec == nil {
-		t.Fatalf("spec.backup: %+v, %v", spec, err)
-	}
-	smallParts(t)
-	var st backupState
-	st.merge(ec.Status)
-	before := st.Last
-	newBackups(ctx, c).step(ctx, ec, &st)
-	if st.Last == before || st.failing() != nil {
-		t.Fatalf("no backup: %+v", st.Failure)
-	}
-	rec, _ := json.Marshal(st.Last)
-	t.Logf("LIVE-RECORD %s", rec) // read by the e2e test
-	store, key, err := c.backupTargets(ctx, ec.Metadata.Namespace, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	obj := liveGet(t, store, st.Last.Key)
-	objSum := sha256.Sum256(obj)
-	if int64(len(obj)) != st.Last.Size || st.Last.SHA256 != hex.EncodeToString(objSum[:]) {
-		t.Errorf("the record says %d bytes, sha256 %s; S3 holds %d, %x", st.Last.Size, st.Last.SHA256, len(obj), objSum)
-	}
-	snap := liveUndo(t, obj, spec.Gzip, key)
-	db, trailer := snap[:len(snap)-32], snap[len(snap)-32:]
-	if sum := sha256.Sum256(db); !bytes.Equal(sum[:], trailer) {
-		t.Error("the snapshot's sha256 does not match its data")
-	}
-	for _, w := range strings.Split(want, ",") {
-		if !bytes.Contains(db, []byte(w)) {
-			t.Errorf("the snapshot lacks %q", w)
-		}
-	}
-}
-
-func liveUndo(t *testing.T, obj []byte, gz bool, key []byte) []byte {
-	t.Helper()
-	r := io.Reader(bytes.NewReader(obj))
-	var err error
-	if key != nil {
-		if r, err = newDecryptReader(r, key); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if gz {
-		if r, err = gzip.NewReader(r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b, err := io.ReadAll(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// A step that must fail (wrong credentials, a missing bucket): the
-// failure is in the status, and no backup is recorded.
-func TestLiveBackupFails(t *testing.T) {
-	want := liveEnv(t, "LIVE_WANT_ERROR")[0]
-	c, ec := liveController(t)
-	ctx := context.Background()
-	var st backupState
-	st.merge(ec.Status)
-	before := st.Last
-	newBackups(ctx, c).step(ctx, ec, &st)
-	if st.Last != before || st.failing() == nil || !strings.Contains(st.Failure.Message, want) {
-		t.Fatalf("last %+v, failure %+v; want a failure with %q", st.Last, st.Failure, want)
-	}
-	ec = liveCluster(t, c, ec.Metadata.Namespace, ec.Metadata.Name)
-	var got backupState
-	got.merge(ec.Status)
-	if got.Failure == nil || got.Failure.Message != st.Failure.Message {
-		t.Errorf("status.backupFailure %+v, want %q", got.Failure, st.Failure.Message)
-	}
-}
-
-// The schedule's goroutine on a real cluster, fed the EtcdCluster as the
-// control loop would, until LIVE_BACKUPS backups are made.
-func TestLiveSchedule(t *testing.T) {
-	n, _ := strconv.Atoi(liveEnv(t, "LIVE_BACKUPS")[0])
-	c, ec := liveController(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	b := newBackups(ctx, c)
-	defer func() { cancel(); b.stop() }()
-	var first backupState
-	first.merge(ec.Status)
-	seen := map[string]bool{}
-	deadline := time.Now().Add(time.Duration(n+2) * time.Minute)
-	for len(seen) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d backups made, want %d", len(seen), n)
-		}
-		b.update(ec)
-		var st backupState
-		st.merge(ec.Status)
-		if st.Last != nil && !seen[st.Last.Key] && (first.Last == nil || st.Last.Key != first.Last.Key) {
-			seen[st.Last.Key] = true
-			t.Logf("backup %d: %s", len(seen), st.Last.Key)
-		}
-		if !sleep(ctx, time.Second) { // the watch's pace, roughly
-			return
-		}
-		ec = liveCluster(t, c, ec.Metadata.Namespace, ec.Metadata.Name)
 	}
 }
