@@ -126,12 +126,14 @@ func TestVolumeProvisioner(t *testing.T) {
 			if log := processLog(t, localPathProcess, 0); !strings.Contains(log, "Volume "+c.Spec.VolumeName+" has been deleted") {
 				t.Errorf("the provisioner did not say it removed %s:\n%s", c.Spec.VolumeName, log)
 			}
-			// It deletes its helper Pods when they are done.
-			err = Eventually(60*time.Second, "no helper Pod left in "+LocalPathNamespace, func() (bool, error) {
-				return len(listIn(t, LocalPathNamespace, "pods", "")) == 0, nil
-			})
-			if err != nil {
-				t.Error(err)
+			// It deletes its helper Pods when they are done (other tests'
+			// volumes may have helper Pods of their own meanwhile).
+			for _, action := range []string{"create", "delete"} {
+				helper := "helper-pod-" + action + "-" + c.Spec.VolumeName
+				if !strings.Contains(processLog(t, localPathProcess, 0), "create the helper pod "+helper+" ") {
+					t.Errorf("the provisioner did not run %s", helper)
+				}
+				waitNotFound(t, "/api/v1/namespaces/"+LocalPathNamespace+"/pods/"+helper)
 			}
 		})
 	}
