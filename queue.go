@@ -187,10 +187,13 @@ func (q *queue) alreadyHandled(ec *EtcdCluster) bool {
 	return ok && gen == ec.Metadata.Generation
 }
 
-// uidOf is the object's uid as 16 bytes (any string maps to some UUID).
-func uidOf(ec *EtcdCluster) uuid.UUID {
-	if u, err := uuid.Parse(ec.Metadata.UID); err == nil {
+// uidOf is the object's uid as 16 bytes.
+func uidOf(ec *EtcdCluster) uuid.UUID { return uidKey(ec.Metadata.UID) }
+
+// uidKey is a uid as 16 bytes (any string maps to some UUID).
+func uidKey(uid string) uuid.UUID {
+	if u, err := uuid.Parse(uid); err == nil {
 		return u
 	}
-	return uuid.NewSHA1(uuid.Nil, []byte(ec.Metadata.UID))
+	return uuid.NewSHA1(uuid.Nil, []byte(uid))
 }

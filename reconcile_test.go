@@ -631,6 +631,7 @@ func TestPassWritesOnlyNews(t *testing.T) {
 				f.mu.Unlock()
 			}
 			ctl := newController(f)
+			syncCache(t, ctl, f)
 			ec, err := decodeCluster(mustJSON(f.cluster("default", "example")))
 			if err != nil {
 				t.Fatal(err)
@@ -656,6 +657,7 @@ func TestPassWritesOnlyNews(t *testing.T) {
 func TestStepAlreadyTaken(t *testing.T) {
 	f := settledExample(t, nil, running(3))
 	ctl := newController(f)
+	syncCache(t, ctl, f)
 	ctx := context.Background()
 	ec, err := decodeCluster(mustJSON(f.cluster("default", "example")))
 	if err != nil {
