@@ -189,13 +189,20 @@ func (op *operator) stop() {
 }
 
 // waitLog waits until the operator has logged a line containing text.
-func (op *operator) waitLog(text string) {
+func (op *operator) waitLog(text string) { op.t.Helper(); op.waitLogSince(0, text) }
+
+// logMark is how much the operator has logged: a mark for waitLogSince.
+func (op *operator) logMark() int { return len(op.logs.String()) }
+
+// waitLogSince waits until the operator has logged a line containing text
+// after the first mark bytes of its log.
+func (op *operator) waitLogSince(mark int, text string) {
 	op.t.Helper()
 	deadline := time.NewTimer(20 * time.Second)
 	defer deadline.Stop()
 	for {
 		op.logs.mu.Lock()
-		found := strings.Contains(op.logs.b.String(), text)
+		found := strings.Contains(op.logs.b.String()[mark:], text)
 		if op.logs.changed == nil {
 			op.logs.changed = make(chan struct{})
 		}
