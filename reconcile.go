@@ -92,12 +92,8 @@ func (c *controller) reconcile(ctx context.Context, ec *EtcdCluster) (time.Durat
 			return s.Again, c.report(ctx, ec, in.Prev, st, s.News, nil)
 		}
 		log.Info("step", "action", s.Action, "member", s.Member, "why", st.Message)
-		// What the step changes is expected before it is sent: the next
-		// look waits until the watches show it (cache.go).
-		c.cache.expect(uidOf(ec), s)
-		out, err := c.act(ctx, s)
+		out, err := c.take(ctx, ec, s)
 		if err != nil {
-			c.cache.distrust(uidOf(ec))
 			st, news := failed(st, st.Message, err)
 			return 0, c.report(ctx, ec, in.Prev, st, news, err)
 		}
@@ -117,6 +113,18 @@ func (c *controller) reconcile(ctx context.Context, ec *EtcdCluster) (time.Durat
 		}
 	}
 	return pollAgain, nil
+}
+
+// take sends a step. What it changes is expected before it is sent, so
+// that the next look waits until the watches show it (cache.go); after a
+// failure what it changed is not known, and the next look lists.
+func (c *controller) take(ctx context.Context, ec *EtcdCluster, s step) (outcome, error) {
+	c.cache.expect(uidOf(ec), s)
+	out, err := c.act(ctx, s)
+	if err != nil {
+		c.cache.distrust(uidOf(ec))
+	}
+	return out, err
 }
 
 // report is the one place that tells users: it records decide's Events and

@@ -160,29 +160,9 @@ func (w *watcher[T]) run(ctx context.Context, events chan<- event[T]) {
 func (w *watcher[T]) list(ctx context.Context, events chan<- event[T]) (string, error) {
 	cont := ""
 	for {
-		q := url.Values{"limit": {fmt.Sprint(w.pageSize)}}
-		if w.selector != "" {
-			q.Set("labelSelector", w.selector)
-		}
-		if cont != "" {
-			q.Set("continue", cont)
-		}
-		body, err := w.client.do(ctx, http.MethodGet, w.path+"?"+q.Encode(), nil, "")
+		page, err := w.page(ctx, cont)
 		if err != nil {
-			return "", fmt.Errorf("list %s: %w", w.resource(), err)
-		}
-		var page struct {
-			Metadata struct {
-				ResourceVersion string `json:"resourceVersion"`
-				Continue        string `json:"continue"`
-			} `json:"metadata"`
-			Items []json.RawMessage `json:"items"`
-		}
-		if err := json.Unmarshal(body, &page); err != nil {
-			return "", fmt.Errorf("list %s: decode: %w", w.resource(), err)
-		}
-		if page.Metadata.ResourceVersion == "" {
-			return "", fmt.Errorf("list %s: no metadata.resourceVersion in the answer", w.resource())
+			return "", err
 		}
 		if cont == "" && !send(ctx, events, event[T]{Type: evListing}) {
 			return "", ctx.Err()
@@ -206,6 +186,38 @@ func (w *watcher[T]) list(ctx context.Context, events chan<- event[T]) (string, 
 		}
 		cont = page.Metadata.Continue
 	}
+}
+
+// listPage is one page of a list.
+type listPage struct {
+	Metadata struct {
+		ResourceVersion string `json:"resourceVersion"`
+		Continue        string `json:"continue"`
+	} `json:"metadata"`
+	Items []json.RawMessage `json:"items"`
+}
+
+// page reads the page of the list that cont (empty: the first) names.
+func (w *watcher[T]) page(ctx context.Context, cont string) (listPage, error) {
+	var page listPage
+	q := url.Values{"limit": {fmt.Sprint(w.pageSize)}}
+	if w.selector != "" {
+		q.Set("labelSelector", w.selector)
+	}
+	if cont != "" {
+		q.Set("continue", cont)
+	}
+	body, err := w.client.do(ctx, http.MethodGet, w.path+"?"+q.Encode(), nil, "")
+	if err != nil {
+		return page, fmt.Errorf("list %s: %w", w.resource(), err)
+	}
+	if err := json.Unmarshal(body, &page); err != nil {
+		return page, fmt.Errorf("list %s: decode: %w", w.resource(), err)
+	}
+	if page.Metadata.ResourceVersion == "" {
+		return page, fmt.Errorf("list %s: no metadata.resourceVersion in the answer", w.resource())
+	}
+	return page, nil
 }
 
 // watch streams events from rv until the stream ends. It returns the last
