@@ -85,7 +85,7 @@ func (c *controller) run(ctx context.Context, clusters <-chan event[*EtcdCluster
 				services = nil
 				continue
 			}
-			c.serviceEvent(ev)
+			c.serviceEvent(q, ev)
 		}
 	}
 	q.shutdown()
@@ -127,6 +127,7 @@ func (c *controller) podEvent(q *queue, ev event[podEvent]) {
 		c.podsListed = true
 		c.cache.listed("pods")
 		c.allPodsListed(q)
+		q.listed()
 		return
 	case p.Cluster == "":
 		return
@@ -141,19 +142,21 @@ func (c *controller) podEvent(q *queue, ev event[podEvent]) {
 
 // serviceEvent puts a member or client Service in the cache. A Service
 // tells nothing a status says: it starts no pass.
-func (c *controller) serviceEvent(ev event[svcEvent]) {
+func (c *controller) serviceEvent(q *queue, ev event[svcEvent]) {
 	switch s := ev.Object; {
 	case ev.Type == evListing:
 		c.cache.listing("services")
 	case ev.Type == evListed:
 		c.cache.listed("services")
+		q.listed()
 	case s.Cluster != "":
 		c.cache.setService(ev.Type, s.Owner, s.Name)
 	}
 }
 
 // allPodsListed runs once every member Pod that exists is known: a cluster
-// whose status calls a Pod ready that is not (or gone) is looked at.
+// whose status calls a Pod ready that is not, or lists one that is gone,
+// is looked at.
 func (c *controller) allPodsListed(q *queue) {
 	for key, says := range c.says {
 		ns, name, _ := strings.Cut(key, "/")
@@ -194,12 +197,15 @@ func podNews(expect, typ, name string, ready bool) bool {
 }
 
 // disagrees reports whether any member in a status's statusMembers is
-// called ready while its Pod is not, or the other way round. Until every
-// Pod has been listed (allSeen), only Pods seen so far count.
+// called ready while its Pod is not, or the other way round, or has no Pod
+// at all: a Pod deleted while the operator was down sent it no event, and
+// a status written from a cache that had not seen the deletion yet still
+// lists it. Until every Pod has been listed (allSeen), only Pods seen so
+// far count.
 func disagrees(expect string, ready func(name string) (ready, seen bool), allSeen bool) bool {
 	for _, m := range strings.Fields(expect) {
 		r, seen := ready(m[1:])
-		if (seen || allSeen) && r != (m[0] == '+') {
+		if seen && r != (m[0] == '+') || !seen && allSeen {
 			return true
 		}
 	}

@@ -94,6 +94,17 @@ func TestControlLoop(t *testing.T) {
 			l.podsListed()
 			f.waitFor("the pass the Pod list calls for", func() bool { return len(about(withoutEvents(f.requests), "example")) == 1 })
 		}},
+		{name: "a Pod gone while the operator was down, not ready before", want: map[string]int{"example": 1}, run: func(t *testing.T, f *fakeAPI, l *loop) {
+			// The status was written from a cache that still held
+			// example-1 (its deletion not seen yet), then the operator
+			// died: only the complete Pod list shows it gone.
+			l.cluster("ADDED", "example", 1, settledStatus(1, "+example-0", "-example-1"))
+			l.clustersListed()
+			l.podsListing()
+			l.pod("ADDED", "example", "example-0", true)
+			l.podsListed()
+			f.waitFor("the pass the Pod list calls for", func() bool { return len(about(withoutEvents(f.requests), "example")) == 1 })
+		}},
 		{name: "events queued behind a pass of a cluster then deleted", want: map[string]int{"example": 1}, run: func(t *testing.T, f *fakeAPI, l *loop) {
 			release := make(chan struct{})
 			f.setFault(func(r request) (int, string, string) {
@@ -373,7 +384,8 @@ func TestPodNews(t *testing.T) {
 }
 
 // A status disagrees with the Pods when it calls one ready that is not, or
-// the other way; before every Pod is listed, only Pods seen count.
+// the other way, or lists one that is gone; before every Pod is listed,
+// only Pods seen count.
 func TestDisagrees(t *testing.T) {
 	seen := map[string]bool{"a-0": true, "a-1": false}
 	ready := func(name string) (bool, bool) { r, ok := seen[name]; return r, ok }
@@ -387,7 +399,8 @@ func TestDisagrees(t *testing.T) {
 		{" -a-0 -a-1", false, true},
 		{" +a-0 +a-2", false, false}, // a-2 not seen yet
 		{" +a-0 +a-2", true, true},   // a-2 is gone: every Pod was listed
-		{" +a-0 -a-2", true, false},
+		{" +a-0 -a-2", true, true},   // gone, though the status did not call it ready
+		{" +a-0 -a-1", true, false},
 	} {
 		if got := disagrees(tc.expect, ready, tc.allSeen); got != tc.want {
 			t.Errorf("disagrees(%q, allSeen=%v) = %v, want %v", tc.expect, tc.allSeen, got, tc.want)
