@@ -80,10 +80,22 @@ type cache struct {
 	// synced says, for "pods" and "services", that a list is complete and
 	// no new one has begun.
 	synced map[string]bool
+	// deleted holds the uids of clusters deleted lately, with when: a
+	// pass under way when its cluster was deleted must not write what it
+	// decided, since a new cluster of the same name takes the same paths.
+	deleted map[uuid.UUID]time.Time
 }
 
 func newCache() *cache {
-	return &cache{changed: make(chan struct{}), owners: map[uuid.UUID]*owned{}, synced: map[string]bool{}}
+	return &cache{changed: make(chan struct{}), owners: map[uuid.UUID]*owned{}, synced: map[string]bool{}, deleted: map[uuid.UUID]time.Time{}}
+}
+
+// gone reports a cluster deleted while a pass was under way.
+func (c *cache) gone(uid uuid.UUID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.deleted[uid]
+	return ok
 }
 
 // Why a pass cannot read the cache.
@@ -164,6 +176,13 @@ func (c *cache) forget(uid uuid.UUID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.owners, uid)
+	now := time.Now()
+	for u, at := range c.deleted {
+		if now.Sub(at) > 10*time.Minute { // no pass runs that long
+			delete(c.deleted, u)
+		}
+	}
+	c.deleted[uid] = now
 }
 
 // ready reports whether the cache holds member Pod name of the cluster of

@@ -327,30 +327,34 @@ func (c *controller) observeEtcd(ctx context.Context, ns string, running []strin
 		}
 	}
 	v.Answered = len(answers)
-	leaderPod, ok := podOf[v.Leader]
-	if !ok {
-		// No leader: a member's own view of the members (a serializable
-		// read) still says how many voters the quorum needs.
+	c.listMembers(ctx, ns, &v, podOf[v.Leader], answers)
+	return v, nil
+}
+
+// listMembers asks the leader's Pod for the member list: the leader's is
+// current, a follower's may lag. Without a leader, a member's own view (a
+// serializable read) still says how many voters the quorum needs.
+func (c *controller) listMembers(ctx context.Context, ns string, v *etcdView, leaderPod string, answers map[string]memberStatusAnswer) {
+	if leaderPod == "" {
 		v.Leader = ""
 		for _, pod := range v.AnsweredPods {
 			var list memberListAnswer
 			if c.etcd(ctx, ns, pod, "/v3/cluster/member/list", map[string]bool{"linearizable": false}, &list) == nil {
 				v.Listed = memberViews(list, answers)
-				break
+				return
 			}
 		}
-		return v, nil
+		return
 	}
 	var list memberListAnswer
 	if err := c.etcd(ctx, ns, leaderPod, "/v3/cluster/member/list", map[string]bool{"linearizable": true}, &list); err != nil {
 		c.log.Debug("leader did not list members", "pod", ns+"/"+leaderPod, "err", err)
 		v.Leader = ""
-		return v, nil
+		return
 	}
 	v.LeaderPod = leaderPod
 	v.Members = memberViews(list, answers)
 	v.Listed = v.Members
-	return v, nil
 }
 
 // memberViews joins the leader's member list with what each member answered.

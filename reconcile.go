@@ -122,6 +122,9 @@ func (c *controller) reconcile(ctx context.Context, ec *EtcdCluster) (time.Durat
 // that the next look waits until the watches show it (cache.go); after a
 // failure what it changed is not known, and the next look lists.
 func (c *controller) take(ctx context.Context, ec *EtcdCluster, s step) (outcome, error) {
+	if c.cache.gone(uidOf(ec)) {
+		return stepNotYet, nil // deleted meanwhile: its objects go with it
+	}
 	c.cache.expect(uidOf(ec), s)
 	out, err := c.act(ctx, s)
 	if err != nil {
@@ -135,7 +138,7 @@ func (c *controller) take(ctx context.Context, ec *EtcdCluster, s step) (outcome
 // observation or step (failure) is logged and returned after its report,
 // for the queue to retry.
 func (c *controller) report(ctx context.Context, ec *EtcdCluster, prev, st clusterStatus, news []notice, failure error) error {
-	if failure != nil && ctx.Err() != nil {
+	if failure != nil && ctx.Err() != nil || c.cache.gone(uidOf(ec)) {
 		return failure
 	}
 	if failure != nil {
