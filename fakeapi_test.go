@@ -1,9 +1,8 @@
 // A fake Kubernetes API server for the unit tests. It answers the way the
 // real one does for the requests the operator makes: lists with a
-// resourceVersion and continue tokens, chunked watch streams (of
-// EtcdClusters, Pods and Services) flushed event by event that replay
-// history from a resourceVersion, 410 Expired for a position older than its
-// compaction floor, metav1.Status bodies with reason
+// resourceVersion and continue tokens, chunked watch streams flushed event by
+// event that replay history from a resourceVersion, 410 Expired for a
+// position older than its compaction floor, metav1.Status bodies with reason
 // and code, 409 AlreadyExists, 404 NotFound, JSON merge patches on /status
 // (which do not bump metadata.generation). The e2e tests check the same
 // behaviour against a real kube-apiserver.
@@ -52,12 +51,6 @@ type fakeAPI struct {
 	lagLearners bool
 	podHistory  []watchEvent
 	podStreams  []chan []byte
-	svcHistory  []watchEvent
-	svcStreams  []chan []byte
-	// objLagging holds Pod and Service events back (objHeld) until
-	// catchUpObjects, as a watch that falls behind a busy API server does.
-	objLagging bool
-	objHeld    []heldEvent
 	// fault, when set, may answer a request instead of the fake: it returns
 	// the HTTP code (0: no fault), a Retry-After value and a Status message.
 	fault func(r request) (code int, retryAfter, message string)
@@ -82,10 +75,10 @@ func newFakeAPI(t *testing.T) *fakeAPI {
 	t.Cleanup(func() {
 		f.closeStreams()
 		f.mu.Lock()
-		for _, s := range slices.Concat(f.podStreams, f.svcStreams) {
+		for _, s := range f.podStreams {
 			close(s)
 		}
-		f.podStreams, f.svcStreams = nil, nil
+		f.podStreams = nil
 		f.mu.Unlock()
 		f.srv.Close()
 	})
@@ -373,15 +366,12 @@ const answerLost = -1
 
 func (f *fakeAPI) serveRequest(w http.ResponseWriter, r *http.Request, req request) {
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
-	collection := ""
-	if len(parts) == 3 && parts[0] == "api" || len(parts) == 5 && parts[2] == "namespaces" {
-		collection = parts[len(parts)-1]
-	}
+	podCollection := r.URL.Path == "/api/v1/pods" || (len(parts) == 5 && parts[4] == "pods")
 	switch {
-	case (collection == "pods" || collection == "services") && r.Method == "GET" && req.Query.Get("watch") != "":
-		f.serveWatch(w, r, collection, req.Query.Get("resourceVersion"), req.Query.Get("labelSelector"))
-	case (r.URL.Path == "/api/v1/pods" || r.URL.Path == "/api/v1/services") && r.Method == "GET":
-		f.serveCoreList(w, "", collection, req.Query.Get("labelSelector"))
+	case podCollection && r.Method == "GET" && req.Query.Get("watch") != "":
+		f.serveWatch(w, r, "pods", req.Query.Get("resourceVersion"), req.Query.Get("labelSelector"))
+	case r.URL.Path == "/api/v1/pods" && r.Method == "GET":
+		f.serveCoreList(w, "", "pods", req.Query.Get("labelSelector"))
 	case strings.HasPrefix(r.URL.Path, "/apis/coreos.com/v1/"):
 		f.serveClusters(w, r, req, parts[3:])
 	case strings.HasPrefix(r.URL.Path, "/api/v1/namespaces/") && len(parts) >= 5:
@@ -499,11 +489,8 @@ func (f *fakeAPI) serveWatch(w http.ResponseWriter, r *http.Request, resource, r
 	ch := make(chan []byte, 1024)
 	f.mu.Lock()
 	history, streams := &f.history, &f.streams
-	switch resource {
-	case "pods":
+	if resource == "pods" {
 		history, streams = &f.podHistory, &f.podStreams
-	case "services":
-		history, streams = &f.svcHistory, &f.svcStreams
 	}
 	if from < f.floor {
 		f.mu.Unlock()
@@ -521,8 +508,8 @@ func (f *fakeAPI) serveWatch(w http.ResponseWriter, r *http.Request, resource, r
 			ch <- append(mustJSON(ev), '\n')
 		}
 	}
-	// The fake's Pod and Service watchers all use the operator's one
-	// selector; the lists filter by it (serveCoreList).
+	// The fake's Pod watchers all use the operator's one selector; the
+	// lists filter by it (serveCoreList).
 	_ = selector
 	*streams = append(*streams, ch)
 	f.notify()
@@ -579,7 +566,8 @@ func (f *fakeAPI) serveCore(w http.ResponseWriter, r *http.Request, req request,
 		if resource == "pods" {
 			f.deletePodLocked(ns, rest[0])
 		} else {
-			f.deleteServiceLocked(key)
+			delete(f.objects, key)
+			f.notify()
 		}
 		w.Write(mustJSON(obj))
 	case r.Method == "PATCH" && len(rest) == 1 && resource == "pods":
@@ -654,8 +642,6 @@ func (f *fakeAPI) serveCore(w http.ResponseWriter, r *http.Request, req request,
 			if f.node {
 				f.startPodLocked(ns, obj)
 			}
-		} else {
-			f.emitObjectLocked("services", "ADDED", obj)
 		}
 		w.WriteHeader(201)
 		w.Write(mustJSON(obj))
@@ -755,73 +741,10 @@ func (f *fakeAPI) collectGarbage(ns, uid string) {
 		if resource == "pods" {
 			f.deletePodLocked(ns, name)
 		} else {
-			f.deleteServiceLocked(key)
+			delete(f.objects, key)
+			f.notify()
 		}
 	}
-}
-
-// deleteServiceLocked deletes a Service ("services/NS/NAME") at once (a
-// Service has no grace period) and tells the Service watchers.
-func (f *fakeAPI) deleteServiceLocked(key string) {
-	obj := f.objects[key]
-	delete(f.objects, key)
-	if labels, _ := obj["metadata"].(map[string]any)["labels"].(map[string]any); labels[labelCluster] == nil {
-		f.notify() // not one the operator's watch selects
-		return
-	}
-	obj["metadata"].(map[string]any)["resourceVersion"] = f.nextRV()
-	f.emitObjectLocked("services", "DELETED", obj)
-}
-
-// emitObjectLocked records a Pod or Service event and writes it to every
-// watch of that resource, or holds it back while objects lag.
-func (f *fakeAPI) emitObjectLocked(resource, typ string, obj map[string]any) {
-	ev := watchEvent{Type: typ, Object: mustJSON(obj)}
-	history, streams := &f.podHistory, &f.podStreams
-	if resource == "services" {
-		history, streams = &f.svcHistory, &f.svcStreams
-	}
-	*history = append(*history, ev)
-	line := append(mustJSON(ev), '\n')
-	if f.objLagging {
-		f.objHeld = append(f.objHeld, heldEvent{resource, line})
-	} else {
-		for _, s := range *streams {
-			s <- line
-		}
-	}
-	f.notify()
-}
-
-// heldEvent is a Pod or Service event held back while objects lag.
-type heldEvent struct {
-	resource string
-	line     []byte
-}
-
-// lagObjects holds Pod and Service events back until catchUpObjects: the
-// operator's cache then lags behind its own creates and deletes.
-func (f *fakeAPI) lagObjects() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.objLagging = true
-}
-
-func (f *fakeAPI) catchUpObjects() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.objLagging = false
-	for _, h := range f.objHeld {
-		streams := f.podStreams
-		if h.resource == "services" {
-			streams = f.svcStreams
-		}
-		for _, s := range streams {
-			s <- h.line
-		}
-	}
-	f.objHeld = nil
-	f.notify()
 }
 
 func (f *fakeAPI) clusterUID(ns, name string) string {

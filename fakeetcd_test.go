@@ -183,7 +183,13 @@ func (f *fakeAPI) syncPodsLocked(ns, base string) {
 
 // emitPodLocked records a Pod event and writes it to every Pod watch.
 func (f *fakeAPI) emitPodLocked(typ string, pod map[string]any) {
-	f.emitObjectLocked("pods", typ, pod)
+	ev := watchEvent{Type: typ, Object: mustJSON(pod)}
+	f.podHistory = append(f.podHistory, ev)
+	line := append(mustJSON(ev), '\n')
+	for _, s := range f.podStreams {
+		s <- line
+	}
+	f.notify()
 }
 
 // serveEtcdLocked answers a POST to /v3/... through a Pod's proxy.

@@ -32,34 +32,10 @@ import (
 
 // newController is the operator's controller on the fake, without its
 // loop: a test calls its passes and steps itself. Its Events stay queued.
-// Its cache is empty until filled (syncCache) or fed by a loop.
 func newController(f *fakeAPI) *controller {
 	c := newClient(f.srv.URL, nil)
 	log := slog.New(slog.DiscardHandler)
-	return &controller{client: c, log: log, image: repo, events: newRecorder(c, log), cache: newCache(), cacheWait: cacheWait}
-}
-
-// syncCache fills ctl's cache with the Pods and Services the fake holds in
-// namespace default, as the watches' first lists would.
-func syncCache(t *testing.T, ctl *controller, f *fakeAPI) {
-	t.Helper()
-	for _, resource := range []string{"pods", "services"} {
-		var l struct{ Items []json.RawMessage }
-		if err := ctl.getJSON(context.Background(), corePath("default", resource)+"?labelSelector="+labelCluster, &l); err != nil {
-			t.Fatal(err)
-		}
-		ctl.cache.listing(resource)
-		for _, raw := range l.Items {
-			if resource == "pods" {
-				p, _, _ := decodePodEvent(raw)
-				ctl.cache.setPod("ADDED", p.Owner, p.Pod)
-			} else {
-				s, _, _ := decodeServiceEvent(raw)
-				ctl.cache.setService("ADDED", s.Owner, s.Name)
-			}
-		}
-		ctl.cache.listed(resource)
-	}
+	return &controller{client: c, log: log, image: repo, events: newRecorder(c, log)}
 }
 
 // loop runs the control loop alone on events a test hands it, one at a
@@ -69,7 +45,8 @@ func syncCache(t *testing.T, ctl *controller, f *fakeAPI) {
 type loop struct {
 	clusters   chan event[*EtcdCluster]
 	pods       chan event[podEvent]
-	services   chan event[svcEvent]
+	synced     chan struct{}
+	podsSynced chan struct{}
 	done       chan struct{}
 	finishOnce sync.Once
 }
@@ -79,9 +56,9 @@ func startLoop(t *testing.T, f *fakeAPI) *loop {
 	t.Helper()
 	ctl := newController(f)
 	l := &loop{clusters: make(chan event[*EtcdCluster]), pods: make(chan event[podEvent]),
-		services: make(chan event[svcEvent]), done: make(chan struct{})}
+		synced: make(chan struct{}), podsSynced: make(chan struct{}), done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { defer close(l.done); ctl.run(ctx, l.clusters, l.pods, l.services, 1) }()
+	go func() { defer close(l.done); ctl.run(ctx, l.clusters, l.pods, l.synced, l.podsSynced, 1) }()
 	t.Cleanup(func() { l.finish(); cancel() })
 	return l
 }
@@ -92,21 +69,9 @@ func (l *loop) finish() {
 	l.finishOnce.Do(func() {
 		close(l.clusters)
 		close(l.pods)
-		close(l.services)
 	})
 	<-l.done
 }
-
-// clustersListed ends the first list of clusters: the loop reads Pod
-// events from now on.
-func (l *loop) clustersListed() {
-	l.clusters <- event[*EtcdCluster]{Type: evListing}
-	l.clusters <- event[*EtcdCluster]{Type: evListed}
-}
-
-// podsListing and podsListed frame a list of Pods.
-func (l *loop) podsListing() { l.pods <- event[podEvent]{Type: evListing} }
-func (l *loop) podsListed()  { l.pods <- event[podEvent]{Type: evListed} }
 
 // cluster hands the loop a watch event of cluster default/name (spec size
 // 3) at generation gen with status st.
@@ -117,17 +82,9 @@ func (l *loop) cluster(typ, name string, gen int64, st clusterStatus) {
 		Spec:     json.RawMessage(`{"size":3}`), Status: raw}}
 }
 
-// pod hands the loop a watch event of a member Pod of cluster (uid
-// "uid-" + cluster, as cluster gives it).
+// pod hands the loop a watch event of a member Pod of cluster.
 func (l *loop) pod(typ, cluster, name string, ready bool) {
-	l.pods <- event[podEvent]{Type: typ, Object: memberPod(cluster, name, ready)}
-}
-
-// memberPod is a running member Pod of cluster, as the Pod watcher passes
-// it on.
-func memberPod(cluster, name string, ready bool) podEvent {
-	v := podView{Name: name, Phase: "Running", Ready: ready, Image: repo + ":v3.6.16"}
-	return podEvent{Namespace: "default", Cluster: cluster, Owner: uidKey("uid-" + cluster), Pod: cachedPod{view: v, hasIP: true}}
+	l.pods <- event[podEvent]{Type: typ, Object: podEvent{Namespace: "default", Name: name, Cluster: cluster, Ready: ready}}
 }
 
 // operator is one run of the operator against a fake API server.
@@ -189,20 +146,13 @@ func (op *operator) stop() {
 }
 
 // waitLog waits until the operator has logged a line containing text.
-func (op *operator) waitLog(text string) { op.t.Helper(); op.waitLogSince(0, text) }
-
-// logMark is how much the operator has logged: a mark for waitLogSince.
-func (op *operator) logMark() int { return len(op.logs.String()) }
-
-// waitLogSince waits until the operator has logged a line containing text
-// after the first mark bytes of its log.
-func (op *operator) waitLogSince(mark int, text string) {
+func (op *operator) waitLog(text string) {
 	op.t.Helper()
 	deadline := time.NewTimer(20 * time.Second)
 	defer deadline.Stop()
 	for {
 		op.logs.mu.Lock()
-		found := strings.Contains(op.logs.b.String()[mark:], text)
+		found := strings.Contains(op.logs.b.String(), text)
 		if op.logs.changed == nil {
 			op.logs.changed = make(chan struct{})
 		}

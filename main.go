@@ -6,13 +6,11 @@
 //
 //	watch.go -> events channel -> loop.go -> queue.go -> reconcile.go -> API server
 //
-// Three watches (the EtcdClusters users write, the member Pods and the
-// Services the operator made) feed the control loop, which turns events
-// into work and keeps a cache of the Pods and Services (cache.go); a worker
-// takes a cluster from the queue and runs a pass: observe what exists
-// (observe.go, from that cache and from etcd), decide the one next step
-// (decide.go, a pure function), act (act.go, with the objects of
-// manifests.go) and report (report.go).
+// Two watches (the EtcdClusters users write, the member Pods the operator
+// made) feed the control loop, which turns events into work; a worker takes
+// a cluster from the queue and runs a pass: observe what exists
+// (observe.go), decide the one next step (decide.go, a pure function), act
+// (act.go, with the objects of manifests.go) and report (report.go).
 // client.go is how it talks to the API server. This file reads the flags
 // and wires the pieces together.
 package main
@@ -53,7 +51,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.burst, "burst", 100, "requests allowed at once above -qps")
 	fs.DurationVar(&cfg.requestTimeout, "request-timeout", 30*time.Second, "timeout of each API request (watches excepted)")
 	fs.DurationVar(&cfg.watchStall, "watch-stall", 5*time.Minute, "a watch silent for this long is dropped and re-established")
-	fs.IntVar(&cfg.pageSize, "page-size", 100, "objects per page when listing (EtcdClusters, member Pods, Services)")
+	fs.IntVar(&cfg.pageSize, "page-size", 100, "EtcdClusters per page when listing")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "etcd-operator creates an etcd cluster for each EtcdCluster object.\n\nUsage: etcd-operator [flags]\n\nFlags:\n")
@@ -116,23 +114,21 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	c.log = log
 	log.Info("etcd-operator starting", "apiServer", c.base, "namespace", printable(namespace), "workers", cfg.workers, "qps", cfg.qps)
 
-	clusters, pods, services := make(chan event[*EtcdCluster]), make(chan event[podEvent]), make(chan event[svcEvent])
+	clusters, pods := make(chan event[*EtcdCluster]), make(chan event[podEvent])
+	synced, podsSynced := make(chan struct{}), make(chan struct{})
 	cw := &watcher[*EtcdCluster]{client: c, path: clustersPath(namespace), decode: clusterRV,
-		stall: cfg.watchStall, pageSize: cfg.pageSize, log: log}
-	// Only the operator's own Pods and Services: the API server filters by label.
+		stall: cfg.watchStall, pageSize: cfg.pageSize, log: log, listed: sync.OnceFunc(func() { close(synced) })}
+	// Only the operator's own Pods: the API server filters by label.
 	pw := &watcher[podEvent]{client: c, path: podsPath(namespace), selector: labelCluster, decode: decodePodEvent,
-		stall: cfg.watchStall, pageSize: cfg.pageSize, log: log}
-	sw := &watcher[svcEvent]{client: c, path: servicesPath(namespace), selector: labelCluster, decode: decodeServiceEvent,
-		stall: cfg.watchStall, pageSize: cfg.pageSize, log: log}
+		stall: cfg.watchStall, pageSize: cfg.pageSize, log: log, listed: sync.OnceFunc(func() { close(podsSynced) })}
 	rec := newRecorder(c, log)
-	ctl := &controller{client: c, log: log, image: cfg.image, events: rec, cache: newCache(), cacheWait: cacheWait}
+	ctl := &controller{client: c, log: log, image: cfg.image, events: rec}
 
 	var wg sync.WaitGroup
 	wg.Go(func() { cw.run(ctx, clusters) })
 	wg.Go(func() { pw.run(ctx, pods) })
-	wg.Go(func() { sw.run(ctx, services) })
 	wg.Go(func() { rec.run(ctx) })
-	ctl.run(ctx, clusters, pods, services, cfg.workers)
+	ctl.run(ctx, clusters, pods, synced, podsSynced, cfg.workers)
 	wg.Wait()
 	log.Info("etcd-operator stopped")
 	return nil

@@ -2,10 +2,7 @@
 //
 // Kubernetes knows a member's Pod: scheduled or not, its container running,
 // restarted or stuck pulling an image, and Ready, which the readiness probe
-// on etcd's /readyz decides. The operator watches its Pods and Services, and
-// a pass reads them from the cache those watches keep (cache.go), as an
-// informer-based controller does: no request, unless the cache cannot be
-// trusted yet. Only etcd knows the rest: member IDs, the
+// on etcd's /readyz decides. Only etcd knows the rest: member IDs, the
 // leader, learners, versions, the cluster ID. The operator asks etcd through
 // its v3 JSON gateway (plain HTTP POSTs) sent to the API server's proxy
 // subresource of each member Pod:
@@ -27,9 +24,6 @@ import (
 	"net/url"
 	"strings"
 	"time"
-	"unique"
-
-	"github.com/google/uuid"
 )
 
 // etcdTimeout bounds each request to a member: a member that is down or
@@ -80,13 +74,9 @@ func (p *pod) ready() bool {
 	return false
 }
 
-// owner is the EtcdCluster that controls the Pod, if any.
-func (p *pod) owner() (name, uid string) { return controllerOf(p.Metadata.OwnerReferences) }
-
-// controllerOf is the EtcdCluster among an object's owners that is its
-// controller, if any.
-func controllerOf(refs []ownerReference) (name, uid string) {
-	for _, o := range refs {
+// owner is the name of the EtcdCluster that controls the Pod, if any.
+func (p *pod) owner() (name, uid string) {
+	for _, o := range p.Metadata.OwnerReferences {
 		if o.Controller && o.Kind == kind && strings.HasPrefix(o.APIVersion, group+"/") {
 			return o.Name, o.UID
 		}
@@ -99,21 +89,21 @@ func controllerOf(refs []ownerReference) (name, uid string) {
 // nothing will finish the deletion until someone removes the Node.
 const overdue = time.Minute
 
-// cached is what the cache keeps of the Pod: the podView decide reads,
-// computed once, when the watch delivers the Pod. The strings that many
-// Pods share (image, phase, flags) are interned, so that thousands of
-// Pods hold one copy of each.
-func (p *pod) cached() cachedPod {
-	v := podView{Name: p.Metadata.Name, Phase: intern(p.Status.Phase), Ready: p.ready(), Deleting: p.Metadata.DeletionTimestamp != ""}
+func (p *pod) view(now time.Time) podView {
+	v := podView{Name: p.Metadata.Name, Phase: p.Status.Phase, Ready: p.ready(), Deleting: p.Metadata.DeletionTimestamp != ""}
+	// deletionTimestamp is when the grace period ends.
+	if end, err := time.Parse(time.RFC3339, p.Metadata.DeletionTimestamp); err == nil {
+		v.Overdue = now.Sub(end) > overdue
+	}
 	for _, c := range p.Spec.Containers {
 		if c.Name == "etcd" {
-			v.Image = intern(c.Image)
+			v.Image = c.Image
 			for _, arg := range c.Command {
 				if s, ok := strings.CutPrefix(arg, "--initial-cluster="); ok {
-					v.InitialCluster = intern(s)
+					v.InitialCluster = s
 				}
 				if s, ok := strings.CutPrefix(arg, "--initial-cluster-state="); ok {
-					v.State = intern(s)
+					v.State = s
 				}
 			}
 		}
@@ -121,135 +111,58 @@ func (p *pod) cached() cachedPod {
 	for _, c := range p.Status.ContainerStatuses {
 		if c.Name == "etcd" {
 			if w := c.State.Waiting; w != nil {
-				v.Waiting, v.WaitingMessage = intern(w.Reason), intern(w.Message)
+				v.Waiting, v.WaitingMessage = w.Reason, w.Message
 			}
 		}
 	}
-	cp := cachedPod{view: v, hasIP: p.Status.PodIP != ""}
-	// deletionTimestamp is when the grace period ends.
-	if end, err := time.Parse(time.RFC3339, p.Metadata.DeletionTimestamp); err == nil {
-		cp.deleteBy = end.Unix()
-	}
-	return cp
+	return v
 }
 
-func intern(s string) string { return unique.Make(s).Value() }
-
-// podEvent is what the Pod watcher passes on: the member Pod as the cache
-// keeps it, and the EtcdCluster that controls it (by name and uid; no
-// name: not a member Pod). Nothing else of a Pod is kept.
+// podEvent is what the Pod watcher passes on: which cluster a member Pod
+// belongs to and whether it is Ready. Nothing else of a Pod is kept.
 type podEvent struct {
-	Namespace, Cluster string
-	Owner              uuid.UUID
-	Pod                cachedPod
+	Namespace, Name, Cluster string
+	Ready                    bool
 }
-
-func (p podEvent) name() string { return p.Pod.view.Name }
-
-// ready: the Pod is Ready and not being deleted.
-func (p podEvent) ready() bool { return p.Pod.view.Ready && !p.Pod.view.Deleting }
 
 func decodePodEvent(raw json.RawMessage) (podEvent, string, error) {
 	var p pod
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return podEvent{}, "", err
 	}
-	cluster, uid := p.owner()
-	return podEvent{Namespace: p.Metadata.Namespace, Cluster: cluster, Owner: uidKey(uid), Pod: p.cached()}, p.Metadata.ResourceVersion, nil
+	cluster, _ := p.owner()
+	return podEvent{Namespace: p.Metadata.Namespace, Name: p.Metadata.Name, Cluster: cluster, Ready: p.ready() && p.Metadata.DeletionTimestamp == ""}, p.Metadata.ResourceVersion, nil
 }
 
-// svcEvent is what the Service watcher passes on: a Service's name and
-// the EtcdCluster that controls it (no name: not the operator's).
-type svcEvent struct {
-	Namespace, Name, Cluster string
-	Owner                    uuid.UUID
-}
-
-func decodeServiceEvent(raw json.RawMessage) (svcEvent, string, error) {
-	var s struct {
-		Metadata struct {
-			Name            string           `json:"name"`
-			Namespace       string           `json:"namespace"`
-			ResourceVersion string           `json:"resourceVersion"`
-			OwnerReferences []ownerReference `json:"ownerReferences"`
-		} `json:"metadata"`
-	}
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return svcEvent{}, "", err
-	}
-	cluster, uid := controllerOf(s.Metadata.OwnerReferences)
-	return svcEvent{Namespace: s.Metadata.Namespace, Name: s.Metadata.Name, Cluster: cluster, Owner: uidKey(uid)}, s.Metadata.ResourceVersion, nil
-}
-
-func podsPath(namespace string) string { return corePath(namespace, "pods") }
-
-func servicesPath(namespace string) string { return corePath(namespace, "services") }
-
-func corePath(namespace, resource string) string {
+func podsPath(namespace string) string {
 	if namespace == "" {
-		return "/api/v1/" + resource
+		return "/api/v1/pods"
 	}
-	return "/api/v1/namespaces/" + url.PathEscape(namespace) + "/" + resource
+	return "/api/v1/namespaces/" + url.PathEscape(namespace) + "/pods"
 }
 
-// observe looks at a cluster: its member Pods and Services as the watches
-// delivered them (cache.go), and etcd, asked about its members. Failing to
-// reach etcd is an observation, not an error.
+// observe reads a cluster's member Pods and Services and asks etcd about
+// its members. Failing to reach etcd is an observation, not an error.
 func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base string) (observed, error) {
 	var obs observed
-	pods, svcs, err := c.objects(ctx, ec, base)
-	if err != nil {
-		return obs, err
-	}
-	now := time.Now()
-	var running []string
-	for _, p := range pods {
-		obs.Pods = append(obs.Pods, p.at(now))
-		if p.runs() {
-			running = append(running, p.view.Name)
-		}
-	}
-	obs.Services = svcs
-	obs.Etcd, err = c.observeEtcd(ctx, ec.Metadata.Namespace, running)
-	return obs, err
-}
-
-// objects returns the cluster's Pods and Services from the cache once it
-// shows every change the operator made to them, else from a list of its
-// own: when the watches have not listed yet, or lag for longer than
-// c.cacheWait, or a step failed halfway.
-func (c *controller) objects(ctx context.Context, ec *EtcdCluster, base string) ([]cachedPod, []string, error) {
-	uid := uidOf(ec)
-	pods, svcs, why := c.cache.read(ctx, uid, c.cacheWait, func(why error) {
-		c.log.Debug("waiting for the watches", "cluster", ec.key(), "why", why)
-	})
-	if why == nil || ctx.Err() != nil {
-		return pods, svcs, why
-	}
-	c.log.Info("listing the cluster's Pods and Services", "cluster", ec.key(), "why", why)
-	pods, svcs, err := c.list(ctx, ec, base)
-	if err != nil {
-		return nil, nil, err
-	}
-	c.cache.checked(uid, pods, svcs)
-	return pods, svcs, nil
-}
-
-// list reads a cluster's member Pods and Services from the API server:
-// those with its label that it controls. A Pod or Service of a deleted
-// cluster of the same name may linger until the garbage collector removes
-// it: only this cluster's own count.
-func (c *controller) list(ctx context.Context, ec *EtcdCluster, base string) ([]cachedPod, []string, error) {
 	ns := ec.Metadata.Namespace
 	sel := "?" + url.Values{"labelSelector": {labelCluster + "=" + base}}.Encode()
 	var pods struct{ Items []pod }
-	if err := c.getJSON(ctx, podsPath(ns)+sel, &pods); err != nil {
-		return nil, nil, fmt.Errorf("list pods of %s: %w", ec.key(), err)
+	var err error
+	if err := c.getJSON(ctx, "/api/v1/namespaces/"+url.PathEscape(ns)+"/pods"+sel, &pods); err != nil {
+		return obs, fmt.Errorf("list pods of %s: %w", ec.key(), err)
 	}
-	var cached []cachedPod
+	var running []*pod
 	for i := range pods.Items {
-		if _, uid := pods.Items[i].owner(); uid == ec.Metadata.UID {
-			cached = append(cached, pods.Items[i].cached())
+		p := &pods.Items[i]
+		// A Pod of a deleted cluster of the same name may linger until the
+		// garbage collector removes it: only this cluster's own count.
+		if _, uid := p.owner(); uid != ec.Metadata.UID {
+			continue
+		}
+		obs.Pods = append(obs.Pods, p.view(time.Now()))
+		if p.Status.Phase == "Running" && p.Status.PodIP != "" && p.Metadata.DeletionTimestamp == "" {
+			running = append(running, p)
 		}
 	}
 	var svcs struct {
@@ -260,16 +173,18 @@ func (c *controller) list(ctx context.Context, ec *EtcdCluster, base string) ([]
 			} `json:"metadata"`
 		}
 	}
-	if err := c.getJSON(ctx, servicesPath(ns)+sel, &svcs); err != nil {
-		return nil, nil, fmt.Errorf("list services of %s: %w", ec.key(), err)
+	if err := c.getJSON(ctx, "/api/v1/namespaces/"+url.PathEscape(ns)+"/services"+sel, &svcs); err != nil {
+		return obs, fmt.Errorf("list services of %s: %w", ec.key(), err)
 	}
-	var names []string
 	for _, s := range svcs.Items {
-		if _, uid := controllerOf(s.Metadata.OwnerReferences); uid == ec.Metadata.UID {
-			names = append(names, s.Metadata.Name)
+		for _, o := range s.Metadata.OwnerReferences {
+			if o.Controller && o.UID == ec.Metadata.UID {
+				obs.Services = append(obs.Services, s.Metadata.Name)
+			}
 		}
 	}
-	return cached, names, nil
+	obs.Etcd, err = c.observeEtcd(ctx, ns, running)
+	return obs, err
 }
 
 // memberStatusAnswer is etcd's answer to /v3/maintenance/status.
@@ -299,25 +214,25 @@ type memberListAnswer struct {
 // for the member list: the leader's list is current, a follower's may lag.
 // A member that does not answer is an observation; the API server refusing
 // the operator the proxy (403) is an error that someone must fix.
-func (c *controller) observeEtcd(ctx context.Context, ns string, running []string) (etcdView, error) {
+func (c *controller) observeEtcd(ctx context.Context, ns string, running []*pod) (etcdView, error) {
 	var v etcdView
 	if len(running) > 0 {
 		v.AnsweredPods = []string{}
 	}
 	answers := map[string]memberStatusAnswer{} // by member ID
 	podOf := map[string]string{}               // member ID -> Pod name
-	for _, name := range running {
+	for _, p := range running {
 		var a memberStatusAnswer
-		if err := c.etcd(ctx, ns, name, "/v3/maintenance/status", struct{}{}, &a); err != nil {
+		if err := c.etcd(ctx, ns, p.Metadata.Name, "/v3/maintenance/status", struct{}{}, &a); err != nil {
 			if isStatus(err, http.StatusForbidden) || isStatus(err, http.StatusUnauthorized) {
-				return v, fmt.Errorf("ask etcd member %s: %w", name, err)
+				return v, fmt.Errorf("ask etcd member %s: %w", p.Metadata.Name, err)
 			}
-			c.log.Debug("member did not answer", "pod", ns+"/"+name, "err", err)
+			c.log.Debug("member did not answer", "pod", ns+"/"+p.Metadata.Name, "err", err)
 			continue
 		}
 		answers[a.Header.MemberID] = a
-		podOf[a.Header.MemberID] = name
-		v.AnsweredPods = append(v.AnsweredPods, name)
+		podOf[a.Header.MemberID] = p.Metadata.Name
+		v.AnsweredPods = append(v.AnsweredPods, p.Metadata.Name)
 		if !a.IsLearner {
 			v.AnsweredVoters++
 		}

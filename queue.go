@@ -42,19 +42,12 @@ type queue struct {
 	// generation are dropped; a failure is retried by its own timer. Keys
 	// and values hold no pointers, so 2,000 clusters cost a few dozen KiB.
 	handled map[uuid.UUID]int64
-	// since counts the items done (and lists read, as burstSize each)
-	// since memory was last handed back; handBack is the timer that hands
-	// it back once the queue has been idle for a while.
-	since    int
-	handBack *time.Timer
+	// since counts the items done since memory was last handed back.
+	since int
 }
 
 // burstSize is how many items make a burst worth handing memory back after.
 const burstSize = 100
-
-// quietSpell is how long the queue is idle before a burst counts as over:
-// a list read in pages comes in bursts of its own.
-const quietSpell = 500 * time.Millisecond
 
 func newQueue() *queue {
 	q := &queue{waiting: map[string]item{}, busy: map[string]bool{}, failures: map[string]int{}, handled: map[uuid.UUID]int64{}}
@@ -147,46 +140,18 @@ func (q *queue) done(it item, ec *EtcdCluster, err error) (failures int, requeue
 		q.wake.Signal()
 	}
 	q.since++
-	q.burstOver()
-	q.mu.Unlock()
-	return failures, queued
-}
-
-// listed counts a complete list of the watches' cache as a burst: its
-// garbage is handed back too once the queue is quiet.
-func (q *queue) listed() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.since += burstSize
-	q.burstOver()
-}
-
-// burstOver arms the hand-back of memory once a burst (the lists after a
-// start, many clusters applied at once) is over: nothing of it is kept,
-// so the memory goes back now, not minutes later at an idle process's
-// next forced collection. Callers hold q.mu.
-func (q *queue) burstOver() {
-	if q.stopped || len(q.busy) > 0 || len(q.order) > 0 || q.since < burstSize {
-		return
-	}
-	if q.handBack == nil {
-		q.handBack = time.AfterFunc(quietSpell, q.release)
-		return
-	}
-	q.handBack.Reset(quietSpell)
-}
-
-// release hands memory back if the queue is still idle.
-func (q *queue) release() {
-	q.mu.Lock()
-	idle := len(q.busy) == 0 && len(q.order) == 0 && q.since >= burstSize
-	if idle {
+	release := len(q.busy) == 0 && len(q.order) == 0 && q.since >= burstSize
+	if release {
 		q.since = 0
 	}
 	q.mu.Unlock()
-	if idle {
+	if release {
+		// A burst (the list after a start, many clusters applied at once)
+		// is over and nothing of it is kept: hand the memory back now, not
+		// minutes later at an idle process's next forced collection.
 		debug.FreeOSMemory()
 	}
+	return failures, queued
 }
 
 // forget drops what the queue knows of a deleted cluster.
@@ -212,9 +177,6 @@ func (q *queue) forget(ec *EtcdCluster) {
 func (q *queue) shutdown() {
 	q.mu.Lock()
 	q.stopped = true
-	if q.handBack != nil {
-		q.handBack.Stop()
-	}
 	q.wake.Broadcast()
 	q.mu.Unlock()
 }
@@ -225,13 +187,10 @@ func (q *queue) alreadyHandled(ec *EtcdCluster) bool {
 	return ok && gen == ec.Metadata.Generation
 }
 
-// uidOf is the object's uid as 16 bytes.
-func uidOf(ec *EtcdCluster) uuid.UUID { return uidKey(ec.Metadata.UID) }
-
-// uidKey is a uid as 16 bytes (any string maps to some UUID).
-func uidKey(uid string) uuid.UUID {
-	if u, err := uuid.Parse(uid); err == nil {
+// uidOf is the object's uid as 16 bytes (any string maps to some UUID).
+func uidOf(ec *EtcdCluster) uuid.UUID {
+	if u, err := uuid.Parse(ec.Metadata.UID); err == nil {
 		return u
 	}
-	return uuid.NewSHA1(uuid.Nil, []byte(uid))
+	return uuid.NewSHA1(uuid.Nil, []byte(ec.Metadata.UID))
 }

@@ -1,16 +1,13 @@
 // Reconcile: one pass over one cluster, observe -> decide -> act -> report.
 //
 // A worker takes a cluster from the queue and runs a pass: it observes what
-// exists (observe.go: the watches' cache, and etcd), asks decide
-// (decide.go) for the status and the one next step, takes the step (act.go)
-// and reports (report.go). While each
+// exists (observe.go), asks decide (decide.go) for the status and the one
+// next step, takes the step (act.go) and reports (report.go). While each
 // step leads straight to the next (a member removed, then its Pod, then its
 // Service), the pass goes on; a step that waits for something Kubernetes
 // announces (Pods starting) ends it, and the watch brings the next event.
 // A pass that dies after any request is simply followed by another that
-// observes what the first left and decides again: a new operator's cache
-// is filled by a fresh list before any pass reads it, and a step that
-// failed makes the next pass list what exists.
+// observes what the first left and decides again.
 package main
 
 import (
@@ -91,8 +88,11 @@ func (c *controller) reconcile(ctx context.Context, ec *EtcdCluster) (time.Durat
 			}
 			return s.Again, c.report(ctx, ec, in.Prev, st, s.News, nil)
 		}
+		if c.gone(ec) {
+			return 0, nil // deleted meanwhile: its objects go with it
+		}
 		log.Info("step", "action", s.Action, "member", s.Member, "why", st.Message)
-		out, err := c.take(ctx, ec, s)
+		out, err := c.act(ctx, s)
 		if err != nil {
 			st, news := failed(st, st.Message, err)
 			return 0, c.report(ctx, ec, in.Prev, st, news, err)
@@ -118,27 +118,12 @@ func (c *controller) reconcile(ctx context.Context, ec *EtcdCluster) (time.Durat
 	return pollAgain, nil
 }
 
-// take sends a step. What it changes is expected before it is sent, so
-// that the next look waits until the watches show it (cache.go); after a
-// failure what it changed is not known, and the next look lists.
-func (c *controller) take(ctx context.Context, ec *EtcdCluster, s step) (outcome, error) {
-	if c.cache.gone(uidOf(ec)) {
-		return stepNotYet, nil // deleted meanwhile: its objects go with it
-	}
-	c.cache.expect(uidOf(ec), s)
-	out, err := c.act(ctx, s)
-	if err != nil {
-		c.cache.distrust(uidOf(ec))
-	}
-	return out, err
-}
-
 // report is the one place that tells users: it records decide's Events and
 // writes the status if it says something the last one did not. A failed
 // observation or step (failure) is logged and returned after its report,
 // for the queue to retry.
 func (c *controller) report(ctx context.Context, ec *EtcdCluster, prev, st clusterStatus, news []notice, failure error) error {
-	if failure != nil && ctx.Err() != nil || c.cache.gone(uidOf(ec)) {
+	if failure != nil && ctx.Err() != nil || c.gone(ec) {
 		return failure
 	}
 	if failure != nil {

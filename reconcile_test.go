@@ -646,7 +646,6 @@ func TestPassWritesOnlyNews(t *testing.T) {
 				f.mu.Unlock()
 			}
 			ctl := newController(f)
-			syncCache(t, ctl, f)
 			ec, err := decodeCluster(mustJSON(f.cluster("default", "example")))
 			if err != nil {
 				t.Fatal(err)
@@ -672,7 +671,6 @@ func TestPassWritesOnlyNews(t *testing.T) {
 func TestStepAlreadyTaken(t *testing.T) {
 	f := settledExample(t, nil, running(3))
 	ctl := newController(f)
-	syncCache(t, ctl, f)
 	ctx := context.Background()
 	ec, err := decodeCluster(mustJSON(f.cluster("default", "example")))
 	if err != nil {
@@ -712,138 +710,5 @@ func TestStepAlreadyTaken(t *testing.T) {
 	}
 	if !slices.Equal(f.objectNames("pods"), pods) || !slices.Equal(f.objectNames("services"), svcs) {
 		t.Errorf("objects changed: pods %v, services %v", f.objectNames("pods"), f.objectNames("services"))
-	}
-}
-
-// ownLists are the lists a pass made itself of cluster's Pods and Services
-// (the watches list every member object, not one cluster's).
-func ownLists(reqs []request, cluster string) []string {
-	var out []string
-	for _, r := range reqs {
-		if r.Method == "GET" && r.Query.Get("watch") == "" && r.Query.Get("labelSelector") == labelCluster+"="+cluster {
-			out = append(out, r.Path)
-		}
-	}
-	return out
-}
-
-// A pass never decides from a cache older than the operator's own last
-// write: when the Pod and Service watches lag behind a create or a delete
-// it sent, the pass waits for them (and takes no step twice, nor a step
-// for a Pod the cache does not show yet), or after cacheWait lists what
-// exists itself.
-func TestCacheLagsBehindOwnWrites(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		size   int
-		writes []string // the operator's writes the lag falls behind, each sent once
-		catch  bool     // the watches catch up while the pass waits; else it lists
-	}{
-		{name: "create, the watches catch up", size: 4, writes: []string{"POST services example-3", "POST pods example-3"}, catch: true},
-		{name: "create, the watches lag past the bound", size: 4, writes: []string{"POST services example-3", "POST pods example-3"}},
-		{name: "delete, the watches catch up", size: 2, writes: []string{"DELETE pods example-2", "DELETE services example-2"}, catch: true},
-		{name: "delete, the watches lag past the bound", size: 2, writes: []string{"DELETE pods example-2", "DELETE services example-2"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f, op := startExample(t)
-			waitStatus(f, "example", running(3))
-			mark, logs := f.requestCount(), op.logMark()
-			f.lagObjects()
-			f.putCluster("default", "example", size(tc.size))
-			if tc.catch {
-				op.waitLogSince(logs, "the watches have not shown the operator's last changes")
-			} else {
-				f.waitFor("a list of the pass's own", func() bool { return len(ownLists(f.requests[mark:], "example")) > 0 })
-			}
-			f.catchUpObjects()
-			waitStatus(f, "example", statusCheck{fmt.Sprintf("Running at size %d", tc.size), func(st clusterStatus) bool {
-				return running(tc.size).ok(st) && len(st.Members) == tc.size
-			}})
-			reqs := f.requestsSince(mark)
-			for _, w := range tc.writes {
-				var method, resource, name string
-				fmt.Sscan(w, &method, &resource, &name)
-				n := 0
-				for _, r := range reqs {
-					if r.Method == method && (strings.HasSuffix(r.Path, "/"+resource+"/"+name) ||
-						strings.HasSuffix(r.Path, "/"+resource) && strings.Contains(r.Body, `"name":"`+name+`"`)) {
-						n++
-					}
-				}
-				if n != 1 {
-					t.Errorf("%s sent %d times, want once", w, n)
-				}
-			}
-			if lists := ownLists(reqs, "example"); tc.catch && len(lists) > 0 {
-				t.Errorf("the pass listed %v although the watches caught up", lists)
-			}
-			want := map[int][]string{4: {"add example-3", "promote example-3"}, 2: {"remove example-2"}}[tc.size]
-			if got := f.membershipLog(); !slices.Equal(got, want) {
-				t.Errorf("membership changes = %v, want %v", got, want)
-			}
-		})
-	}
-}
-
-// After a restart nothing is decided before both watches have listed: a
-// cluster whose status was lost waits while the Service watch cannot list,
-// and then finds everything there.
-func TestNothingDecidedBeforeTheWatchesList(t *testing.T) {
-	f, op := startExample(t)
-	waitStatus(f, "example", running(3))
-	op.stop()
-	f.mu.Lock()
-	delete(f.clusters["default/example"], "status")
-	f.mu.Unlock()
-	release := make(chan struct{})
-	f.setFault(func(r request) (int, string, string) {
-		if r.Method == "GET" && strings.HasSuffix(r.Path, "/services") && r.Query.Get("watch") == "" && r.Query.Get("labelSelector") == labelCluster {
-			select {
-			case <-release:
-			case <-r.Ctx.Done():
-			}
-		}
-		return 0, "", ""
-	})
-	mark := f.requestCount()
-	op = startOperator(t, f)
-	op.waitLog("the Pod and Service watches have not listed yet")
-	for _, r := range withoutEvents(f.requestsSince(mark)) {
-		if r.Method != "GET" {
-			t.Errorf("decided before the Service watch listed: %s %s", r.Method, r.Path)
-		}
-	}
-	close(release)
-	waitStatus(f, "example", running(3))
-	for _, r := range withoutEvents(f.requestsSince(mark)) {
-		if r.Method == "POST" && !strings.Contains(r.Path, "/proxy/") || r.Method == "DELETE" {
-			t.Errorf("the cluster's objects all exist, but the operator sent %s %s", r.Method, r.Path)
-		}
-	}
-	if log := f.membershipLog(); len(log) > 0 {
-		t.Errorf("membership changed: %v", log)
-	}
-}
-
-// A step that failed may have changed something before it failed: the next
-// pass lists what exists instead of reading the cache, once.
-func TestFailedStepIsFollowedByAList(t *testing.T) {
-	f := newFakeAPI(t)
-	var once sync.Once
-	f.setFault(func(r request) (int, string, string) {
-		code := 0
-		if r.Method == "POST" && strings.HasSuffix(r.Path, "/pods") {
-			once.Do(func() { code = http.StatusForbidden })
-		}
-		return code, "", "not now"
-	})
-	f.putCluster("default", "example", size(3))
-	startOperator(t, f)
-	waitStatus(f, "example", running(3))
-	if lists := ownLists(f.requestsSince(0), "example"); len(lists) != 2 {
-		t.Errorf("lists of the pass's own: %v, want the cluster's Pods and Services once", lists)
-	}
-	if got := f.objectNames("pods"); !slices.Equal(got, membersOf(3)) {
-		t.Errorf("pods = %v", got)
 	}
 }

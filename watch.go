@@ -11,15 +11,11 @@
 // lists again. The 2016 demo did one watch with no list and no resume.
 //
 // The watcher only reads. Every object it sees goes into one channel, in
-// order, for the control loop (loop.go) to act on, and each list is framed
-// by two events of its own (LISTING, LISTED), so that the cache the loop
-// keeps (cache.go) can replace what it knew with what the list says, as
-// client-go's informers do. The operator runs three: one for the
-// EtcdClusters users write, and one each for the member Pods and the
-// Services it made (label-selected, so it never sees others). The Pods'
-// tell it within seconds that a member died, restarted or turned unready,
-// without polling a single healthy cluster; with the Services' they are
-// all a pass needs to see what exists, without a request of its own.
+// order, for the control loop in main.go to act on. The operator runs two:
+// one for the EtcdClusters users write, and one for the member Pods it made
+// (label-selected, so it never sees other Pods), which is how it notices
+// within seconds that a member died, restarted or turned unready, without
+// polling a single healthy cluster.
 package main
 
 import (
@@ -64,18 +60,9 @@ func (ec *EtcdCluster) key() string { return ec.Metadata.Namespace + "/" + ec.Me
 
 // event is what a watcher hands to the control loop.
 type event[T any] struct {
-	Type   string // ADDED, MODIFIED, DELETED, or evListing and evListed
-	Object T      // the zero T for evListing and evListed
+	Type   string // ADDED, MODIFIED or DELETED
+	Object T
 }
-
-// A list is framed by two events with no object: evListing comes with its
-// first page (what follows is everything that exists: whatever is not in
-// it is gone), evListed after its last. A watch that is resumed sends
-// neither; one that must list again (410) sends both again.
-const (
-	evListing = "LISTING"
-	evListed  = "LISTED"
-)
 
 // watchEvent is one line of a watch stream.
 type watchEvent struct {
@@ -102,6 +89,8 @@ type watcher[T any] struct {
 	stall    time.Duration
 	pageSize int
 	log      *slog.Logger
+	// listed, if set, is called after each complete list.
+	listed func()
 }
 
 func clustersPath(namespace string) string {
@@ -155,18 +144,35 @@ func (w *watcher[T]) run(ctx context.Context, events chan<- event[T]) {
 	}
 }
 
-// list sends every object as an ADDED event, between evListing and
-// evListed, and returns the resourceVersion to watch from. It reads in
-// pages so that memory stays flat however many objects there are.
+// list sends every EtcdCluster as an ADDED event and returns the
+// resourceVersion to watch from. It reads in pages so that memory stays
+// flat however many clusters there are.
 func (w *watcher[T]) list(ctx context.Context, events chan<- event[T]) (string, error) {
 	cont := ""
 	for {
-		page, err := w.page(ctx, cont)
-		if err != nil {
-			return "", err
+		q := url.Values{"limit": {fmt.Sprint(w.pageSize)}}
+		if w.selector != "" {
+			q.Set("labelSelector", w.selector)
 		}
-		if cont == "" && !send(ctx, events, event[T]{Type: evListing}) {
-			return "", ctx.Err()
+		if cont != "" {
+			q.Set("continue", cont)
+		}
+		body, err := w.client.do(ctx, http.MethodGet, w.path+"?"+q.Encode(), nil, "")
+		if err != nil {
+			return "", fmt.Errorf("list %s: %w", w.resource(), err)
+		}
+		var page struct {
+			Metadata struct {
+				ResourceVersion string `json:"resourceVersion"`
+				Continue        string `json:"continue"`
+			} `json:"metadata"`
+			Items []json.RawMessage `json:"items"`
+		}
+		if err := json.Unmarshal(body, &page); err != nil {
+			return "", fmt.Errorf("list %s: decode: %w", w.resource(), err)
+		}
+		if page.Metadata.ResourceVersion == "" {
+			return "", fmt.Errorf("list %s: no metadata.resourceVersion in the answer", w.resource())
 		}
 		for _, item := range page.Items {
 			obj, _, err := w.decode(item)
@@ -180,45 +186,13 @@ func (w *watcher[T]) list(ctx context.Context, events chan<- event[T]) (string, 
 		}
 		if page.Metadata.Continue == "" {
 			w.log.Info("listed "+w.resource(), "path", w.path, "resourceVersion", page.Metadata.ResourceVersion)
-			if !send(ctx, events, event[T]{Type: evListed}) {
-				return "", ctx.Err()
+			if w.listed != nil {
+				w.listed()
 			}
 			return page.Metadata.ResourceVersion, nil
 		}
 		cont = page.Metadata.Continue
 	}
-}
-
-// listPage is one page of a list.
-type listPage struct {
-	Metadata struct {
-		ResourceVersion string `json:"resourceVersion"`
-		Continue        string `json:"continue"`
-	} `json:"metadata"`
-	Items []json.RawMessage `json:"items"`
-}
-
-// page reads the page of the list that cont (empty: the first) names.
-func (w *watcher[T]) page(ctx context.Context, cont string) (listPage, error) {
-	var page listPage
-	q := url.Values{"limit": {fmt.Sprint(w.pageSize)}}
-	if w.selector != "" {
-		q.Set("labelSelector", w.selector)
-	}
-	if cont != "" {
-		q.Set("continue", cont)
-	}
-	body, err := w.client.do(ctx, http.MethodGet, w.path+"?"+q.Encode(), nil, "")
-	if err != nil {
-		return page, fmt.Errorf("list %s: %w", w.resource(), err)
-	}
-	if err := json.Unmarshal(body, &page); err != nil {
-		return page, fmt.Errorf("list %s: decode: %w", w.resource(), err)
-	}
-	if page.Metadata.ResourceVersion == "" {
-		return page, fmt.Errorf("list %s: no metadata.resourceVersion in the answer", w.resource())
-	}
-	return page, nil
 }
 
 // watch streams events from rv until the stream ends. It returns the last
@@ -332,7 +306,7 @@ func listHint(resource string, err error) string {
 	return ""
 }
 
-// resource names the watched collection in messages: "etcdclusters", "pods", "services".
+// resource names the watched collection in messages: "etcdclusters", "pods".
 func (w *watcher[T]) resource() string { return w.path[strings.LastIndexByte(w.path, '/')+1:] }
 
 func decodeCluster(raw json.RawMessage) (*EtcdCluster, error) {

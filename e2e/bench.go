@@ -29,8 +29,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,10 +43,7 @@ type BenchOptions struct {
 	Window        time.Duration // how long the restart and steady-state windows last
 	Day2          bool          // run the day-2 phase on cp.Node()
 	OperatorFlags []string      // extra flags for the operator
-	// Only, if set, runs that phase alone (memory, or burst and the ones
-	// after it that need it: "burst,restart"); the other rows stay empty.
-	Only string
-	Out  io.Writer // progress lines
+	Out           io.Writer     // progress lines
 }
 
 // workers is the operator's default concurrency, and the loaders'.
@@ -89,14 +84,8 @@ func RunBenchmark(cp *ControlPlane, o BenchOptions) (*BenchReport, error) {
 	for i := range o.Clusters {
 		b.names = append(b.names, fmt.Sprintf("c%04d", i))
 	}
-	for _, p := range []struct {
-		name string
-		run  func() error
-	}{{"burst", b.burst}, {"single", b.single}, {"restart", b.restart}, {"memory", b.memory}, {"day2", b.day2}} {
-		if o.Only != "" && !slices.Contains(strings.Split(o.Only, ","), p.name) {
-			continue
-		}
-		if err := p.run(); err != nil {
+	for _, phase := range []func() error{b.burst, b.single, b.restart, b.memory, b.day2} {
+		if err := phase(); err != nil {
 			return nil, err
 		}
 	}

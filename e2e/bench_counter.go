@@ -22,10 +22,8 @@ import (
 )
 
 // requestCount sorts what the operator sent through the counting proxy.
-// OwnLists are the list pages of one cluster's objects (a pass that could
-// not read the watches' cache); the watches list every member object.
 type requestCount struct {
-	All, Lists, OwnLists, Watches, Reads, Writes, Events int
+	All, Lists, Watches, Reads, Writes, Events int
 }
 
 // collections are the resources the operator lists.
@@ -41,9 +39,6 @@ func countRequests(reqs []string) requestCount {
 		case strings.HasPrefix(q, "GET ") && collections[path.Base(strings.SplitN(q, "?", 2)[0])]:
 			c.Lists++
 			c.Reads++
-			if strings.Contains(q, "labelSelector=etcd.coreos.com%2Fcluster%3D") {
-				c.OwnLists++
-			}
 		case strings.HasPrefix(q, "GET "):
 			c.Reads++
 		case strings.HasPrefix(q, "POST ") && strings.Contains(q, "/proxy/"):
@@ -59,11 +54,7 @@ func countRequests(reqs []string) requestCount {
 }
 
 func (c requestCount) String() string {
-	own := ""
-	if c.OwnLists > 0 {
-		own = fmt.Sprintf(", %d of them of one cluster", c.OwnLists)
-	}
-	return fmt.Sprintf("%d requests (%d reads, %d list pages%s, %d watches, %d writes, %d of them Events)", c.All, c.Reads, c.Lists, own, c.Watches, c.Writes, c.Events)
+	return fmt.Sprintf("%d requests (%d reads, %d list pages, %d watches, %d writes, %d of them Events)", c.All, c.Reads, c.Lists, c.Watches, c.Writes, c.Events)
 }
 
 // counter is a reverse proxy between the operator and kubectl proxy that

@@ -4,9 +4,8 @@ package e2e
 // POSTs the Pods and Services the operator made, taken back from the API
 // server and retargeted to a new namespace; the requests loader sends, per
 // cluster, exactly the requests the operator sends for a new one (the
-// EtcdCluster, the 7 objects, a status write: the operator sees what
-// exists in the cache its watches keep, and lists nothing). Both go
-// through the same kubectl proxy and counting proxy as the operator.
+// EtcdCluster, two lists, the 7 objects, a status write). Both go through
+// the same kubectl proxy and counting proxy as the operator.
 
 import (
 	"encoding/json"
@@ -32,7 +31,8 @@ func (b *bench) loadBare(ns string, p int) (time.Duration, error) {
 
 // loadSame sends, for each cluster, p clusters at a time, what the
 // operator sends for a new one: the EtcdCluster (the harness's POST in
-// the operator's case), its 7 objects, then a status write.
+// the operator's case), a list of its Pods and of its Services, its 7
+// objects, then a status write.
 func (b *bench) loadSame(ns string, p int) (time.Duration, error) {
 	byCluster := map[string][]map[string]any{}
 	for _, o := range b.objects {
@@ -52,6 +52,12 @@ func sameRequests(cp *ControlPlane, base, ns, name string, objects []map[string]
 	uid, err := cp.ApplyCluster(Cluster{Namespace: ns, Name: name, Size: 3, Via: cp.ProxyURL})
 	if err != nil {
 		return err
+	}
+	sel := "?labelSelector=etcd.coreos.com%2Fcluster%3D" + name
+	for _, res := range []string{"pods", "services"} {
+		if err := DoJSON(proxyClient, "GET", base+"/api/v1/namespaces/"+ns+"/"+res+sel, nil, 200, nil); err != nil {
+			return err
+		}
 	}
 	for _, req := range retarget(objects, ns, map[string]string{name: uid}) {
 		if err := post(base, req); err != nil {

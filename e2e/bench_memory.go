@@ -1,9 +1,8 @@
 package e2e
 
 // The benchmark's memory phase: the operator's resident set size once it
-// is idle, watching 10 clusters and watching many. The operator keeps a
-// few bytes per cluster and, in its cache, per member Pod and Service (the
-// clusters here have none), so the two should be close.
+// is idle, watching 10 clusters and watching many. The operator keeps no
+// cache of objects, so the two should be close.
 
 import (
 	"fmt"

@@ -93,8 +93,7 @@ func TestInCluster(t *testing.T) {
 			want: `services is forbidden: User \"system:serviceaccount:incluster:etcd-operator\" cannot create resource \"services\"`,
 		},
 		{
-			// The watches list at start: a running operator needs no list.
-			name: "no list on pods and services", can: "list pods", restart: true,
+			name: "no list on pods and services", can: "list pods",
 			from: podsRule, to: "    resources: [pods, services]\n    verbs: [create, get, delete]",
 			want: `cannot list resource \"pods\"`,
 		},
@@ -107,11 +106,6 @@ func TestInCluster(t *testing.T) {
 			name: "no watch on pods", can: "watch pods", logOnly: true, restart: true,
 			from: "    resources: [pods]\n    verbs: [watch, patch]", to: "    resources: [pods]\n    verbs: [patch]",
 			want: `cannot watch resource \"pods\"`,
-		},
-		{
-			name: "no watch on services", can: "watch services", logOnly: true, restart: true,
-			from: "    resources: [services]\n    verbs: [watch]", to: "    resources: [services]\n    verbs: [get]",
-			want: `cannot watch resource \"services\"`,
 		},
 		{
 			name: "no delete on pods and services", can: "delete pods",

@@ -31,7 +31,6 @@ func main() {
 	flag.DurationVar(&o.Window, "window", time.Minute, "how long the restart and steady-state windows last")
 	flag.BoolVar(&o.Day2, "day2", os.Geteuid() == 0, "measure day-2 operations on a real node (needs root)")
 	opFlags := flag.String("operator-flags", "", "extra operator flags, space-separated (e.g. \"-workers=8\")")
-	flag.StringVar(&o.Only, "only", "", "run only these phases, comma-separated (burst, single, restart, memory, day2; single and restart need burst); the other rows stay empty")
 	flag.Parse()
 	o.OperatorFlags = strings.Fields(*opFlags)
 	missed, err := run(o)
