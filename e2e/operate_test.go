@@ -531,11 +531,15 @@ func TestReplaceMember(t *testing.T) {
 		if err := d.etcd(d.member(1), "/v3/cluster/member/list", map[string]any{"linearizable": false}, &list); err != nil {
 			t.Fatal(err)
 		}
-		if len(list.Members) != 3 {
-			t.Errorf("the member list changed without a quorum: %+v", list.Members)
+		// A member whose Pod is being deleted is removed from etcd at once
+		// while the others keep a quorum: the first deletion seen may be
+		// (the other not seen yet), never both, and nothing once the
+		// quorum is lost.
+		if len(list.Members) < 2 {
+			t.Errorf("two members removed, one of them without a quorum: %+v", list.Members)
 		}
-		if got := d.events("MemberReplaced"); got != 1 {
-			t.Errorf("%d MemberReplaced events, want only the first test's", got)
+		if got := d.events("MemberReplaced"); got != 1+3-len(list.Members) {
+			t.Errorf("%d MemberReplaced events for %d members left, want the first test's and one per removal", got, len(list.Members))
 		}
 	})
 }
