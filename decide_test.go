@@ -53,6 +53,19 @@ func (w *world) member(name string) *memberView {
 	return nil
 }
 
+// learner makes members learners, as etcd lists one that joined and is
+// not promoted yet: it votes in nothing, and /readyz never calls it ready.
+func (w *world) learner(names ...string) *world {
+	for _, n := range names {
+		w.member(n).Learner = true
+		w.pod(n).Ready = false
+		if w.member(n).Answered {
+			w.obs.Etcd.AnsweredVoters--
+		}
+	}
+	return w
+}
+
 // down: the member's etcd is not running (its Pod stays).
 func (w *world) down(names ...string) *world {
 	for _, n := range names {
@@ -177,10 +190,10 @@ func TestDecide(t *testing.T) {
 			}).obs,
 			action: actRemoveMember, member: "example-3", msg: "never started"},
 		{name: "a started learner is promoted", in: in(4, "v3.6.16"),
-			obs:    newWorld(4).do(func(w *world) { w.member("example-3").Learner = true; w.pod("example-3").Ready = false }).obs,
+			obs:    newWorld(4).learner("example-3").obs,
 			action: actPromote, member: "example-3", ready: "3/4", msg: "promoting learner example-3"},
 		{name: "a learner that does not answer is waited for", in: in(4, "v3.6.16"),
-			obs:   newWorld(4).do(func(w *world) { w.member("example-3").Learner = true }).down("example-3").obs,
+			obs:   newWorld(4).learner("example-3").down("example-3").obs,
 			phase: phaseScaling, msg: "waiting for learner example-3 to start"},
 		{name: "scale down removes the highest ordinal", in: in(3, "v3.6.16"), obs: newWorld(5).obs,
 			action: actRemoveMember, member: "example-4", phase: phaseScaling, msg: "removing member example-4 from etcd (4 of 3 members)"},
@@ -263,10 +276,7 @@ func TestDecide(t *testing.T) {
 		{name: "half of an even cluster is no quorum", in: in(4, "v3.6.16"), obs: newWorld(4).down("example-2", "example-3").obs,
 			phase: phaseUnavailable, conds: "FFT", msg: "quorum lost"},
 		{name: "learners do not make up a quorum", in: in(5, "v3.6.16"),
-			obs: newWorld(5).do(func(w *world) {
-				w.member("example-3").Learner, w.member("example-4").Learner = true, true
-				w.pod("example-3").Ready, w.pod("example-4").Ready = false, false
-			}).down("example-1", "example-2").obs,
+			obs:   newWorld(5).learner("example-3", "example-4").down("example-1", "example-2").obs,
 			conds: "FFT"}, // no step, not Available
 		{name: "members listed but no leader known changes nothing", in: in(3, "v3.6.16"), obs: newWorld(3).do(func(w *world) { w.obs.Etcd.Leader = "" }).obs,
 			conds: "FFT"},
@@ -274,7 +284,7 @@ func TestDecide(t *testing.T) {
 			obs:    newWorld(3).do(func(w *world) { w.pod("example-0").Ready = false }).obs, // the leader answers, unready
 			action: actMoveLeader, member: "example-1", phase: phaseScaling},
 		{name: "a learner no longer wanted is removed, not promoted", in: in(3, "v3.6.16"),
-			obs:    newWorld(4).do(func(w *world) { w.member("example-3").Learner = true; w.pod("example-3").Ready = false }).obs,
+			obs:    newWorld(4).learner("example-3").obs,
 			action: actRemoveMember, member: "example-3", phase: phaseScaling, msg: "removing learner example-3 for spec.size 3"},
 		{name: "a member added while the version is refused runs what the cluster runs", in: in(4, "v3.8.0"),
 			obs: newWorld(3).do(func(w *world) {
@@ -358,13 +368,13 @@ func TestNeverStuck(t *testing.T) {
 			in: in(5, "v3.6.16"), obs: newWorld(4).do(joining(4, ic("example-0", "example-1", "example-2", "example-3", "example-4"), "Pending", "")).noPod("example-3").obs,
 			msg: "waiting for learner example-4 to start"},
 		{name: "2: a started learner whose Pod is gone is removed",
-			in: in(5, "v3.6.16"), obs: newWorld(4).do(func(w *world) { w.member("example-3").Learner = true }).noPod("example-3").obs,
+			in: in(5, "v3.6.16"), obs: newWorld(4).learner("example-3").noPod("example-3").obs,
 			action: actRemoveMember, member: "example-3", msg: "its Pod is gone"},
 		{name: "2: a learner whose Pod Failed is removed",
-			in: in(4, "v3.6.16"), obs: newWorld(4).do(func(w *world) { w.member("example-3").Learner = true; w.pod("example-3").Phase = "Failed" }).down("example-3").obs,
+			in: in(4, "v3.6.16"), obs: newWorld(4).learner("example-3").do(func(w *world) { w.pod("example-3").Phase = "Failed" }).down("example-3").obs,
 			action: actRemoveMember, member: "example-3"},
 		{name: "2: a learner in a crash loop is removed",
-			in: in(4, "v3.6.16"), obs: newWorld(4).do(func(w *world) { w.member("example-3").Learner = true; w.pod("example-3").Waiting = "CrashLoopBackOff" }).down("example-3").obs,
+			in: in(4, "v3.6.16"), obs: newWorld(4).learner("example-3").do(func(w *world) { w.pod("example-3").Waiting = "CrashLoopBackOff" }).down("example-3").obs,
 			action: actRemoveMember, member: "example-3", msg: "CrashLoopBackOff"},
 		{name: "3: a learner left with an image that does not pull gets the right one once spec.version is set back",
 			in: in(4, "v3.6.16"), obs: newWorld(3).do(joining(3, ic("example-0", "example-1", "example-2", "example-3"), "Pending", "ImagePullBackOff")).do(func(w *world) { w.pod("example-3").Image = repo + ":v3.7.99" }).obs,
@@ -408,7 +418,7 @@ func TestNeverStuck(t *testing.T) {
 				i := in(4, "v3.6.16")
 				i.Prev.Members = append(i.Prev.Members, memberStatus{Name: "example-3", Learner: true})
 				return i
-			}(), obs: newWorld(4).do(func(w *world) { w.member("example-3").Learner = true }).down("example-0").noQuorum().obs,
+			}(), obs: newWorld(4).learner("example-3").down("example-0").noQuorum().obs,
 			msg: "no leader yet"},
 		{name: "7: a formed cluster whose status is lost and whose members do not answer is not bootstrapped",
 			in: fresh, obs: newWorld(3).noPod("example-2").do(func(w *world) { w.obs.Etcd = etcdView{} }).obs,
