@@ -712,3 +712,41 @@ func TestStepAlreadyTaken(t *testing.T) {
 		t.Errorf("objects changed: pods %v, services %v", f.objectNames("pods"), f.objectNames("services"))
 	}
 }
+
+// A pass under way when its cluster is deleted writes nothing more: no
+// step, no status, no Event. A new EtcdCluster of the same name takes the
+// same paths, and would get the old one's objects and status.
+func TestPassOfADeletedClusterWritesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		spec    any // size 9 is invalid: a status and an Event, no step
+		deleted bool
+	}{{size(3), false}, {size(3), true}, {size(9), false}, {size(9), true}} {
+		deleted := tc.deleted
+		f := newFakeAPI(t)
+		f.putCluster("default", "example", tc.spec)
+		ec, err := decodeCluster(mustJSON(f.cluster("default", "example")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctl := newController(f)
+		if deleted {
+			ctl.forgetDeleted(ec)
+		}
+		n := f.requestCount()
+		if _, err := ctl.reconcile(context.Background(), ec); err != nil {
+			t.Fatal(err)
+		}
+		var writes []string
+		for _, r := range f.requestsSince(n) {
+			if r.Method != "GET" {
+				writes = append(writes, r.Method+" "+r.Path)
+			}
+		}
+		switch {
+		case deleted && (len(writes) > 0 || len(ctl.events.queue) > 0):
+			t.Errorf("spec %v, deleted during the pass: %v and %d Events", tc.spec, writes, len(ctl.events.queue))
+		case !deleted && len(writes) == 0:
+			t.Errorf("spec %v: the pass wrote nothing: the test shows nothing", tc.spec)
+		}
+	}
+}
