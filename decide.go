@@ -636,7 +636,10 @@ func (d *decision) cannotRunStep(p *podView) bool {
 		return false
 	}
 	msg := fmt.Sprintf("member %s cannot start: %s", p.Name, why)
-	d.st.Phase, d.st.Message = cmp.Or(map[bool]string{true: phaseCreating}[d.st.ClusterID == ""], d.steadyPhase()), msg
+	d.st.Phase, d.st.Message = d.steadyPhase(), msg
+	if d.st.ClusterID == "" {
+		d.st.Phase = phaseCreating
+	}
 	d.setProgressing(false, reasonVersionCannotRun, msg)
 	d.setDegraded(true, reasonVersionCannotRun, msg)
 	return true
