@@ -98,6 +98,9 @@ type etcdView struct {
 	// AnsweredPods are the Pods whose etcd answered; nil when none was
 	// asked (no Pod running).
 	AnsweredPods []string
+	// ClusterVersion is etcd's cluster version (major.minor.0), asked
+	// only while a listed member does not answer.
+	ClusterVersion string
 }
 
 // observed is everything a pass saw of one cluster.

@@ -511,3 +511,32 @@ func TestConditionTransitionTime(t *testing.T) {
 		}
 	}
 }
+
+// TestCurrentVersion: status.currentVersion is never higher than what a
+// member that will come back last ran, as etcd's own cluster version.
+func TestCurrentVersion(t *testing.T) {
+	lost := in(3, "v3.7.99")
+	lost.Prev = clusterStatus{} // the status was lost
+	pullFails := func(w *world) {
+		w.pod("example-2").Image, w.pod("example-2").Waiting = repo+":v3.7.99", "ImagePullBackOff"
+	}
+	for _, tc := range []struct {
+		name string
+		in   input
+		obs  observed
+		want string
+	}{
+		{"every member answers: the lowest", in(3, "v3.7.3"), newWorld(3).do(halfUpgraded).obs, "3.6.16"},
+		{"a member down keeps its last reported version", in(3, "v3.7.3"), newWorld(3).do(halfUpgraded).down("example-2").obs, "3.6.16"},
+		{"status lost, a silent member on an image that never pulled: etcd's cluster version",
+			lost, newWorld(3).do(halfUpgraded).do(pullFails).down("example-2").do(func(w *world) { w.obs.Etcd.ClusterVersion = "3.6.0" }).obs, "3.6.0"},
+		{"the cluster version lowers only the minor",
+			lost, newWorld(3).do(halfUpgraded).do(func(w *world) { w.pod("example-2").Image = repo + ":v3.7.3" }).do(pullFails).down("example-2").do(func(w *world) { w.obs.Etcd.ClusterVersion = "3.7.0" }).obs, "3.7.3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if st, _ := decide(tc.in, tc.obs); st.CurrentVersion != tc.want {
+				t.Errorf("currentVersion %q, want %q", st.CurrentVersion, tc.want)
+			}
+		})
+	}
+}

@@ -159,6 +159,12 @@ func (f *fakeAPI) countExactLocked(method, path string) int {
 	return f.countMatchingLocked(method, func(p string) bool { return p == path })
 }
 
+func (f *fakeAPI) countMatching(method string, match func(path string) bool) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.countMatchingLocked(method, match)
+}
+
 func (f *fakeAPI) countMatchingLocked(method string, match func(path string) bool) int {
 	n := 0
 	for _, r := range f.requests {
@@ -554,7 +560,7 @@ func (f *fakeAPI) serveCore(w http.ResponseWriter, r *http.Request, req request,
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
-	case resource == "pods" && len(rest) >= 2 && strings.HasSuffix(rest[0], fmt.Sprintf(":%d", clientPort)) && rest[1] == "proxy" && r.Method == "POST":
+	case resource == "pods" && len(rest) >= 2 && strings.HasSuffix(rest[0], fmt.Sprintf(":%d", clientPort)) && rest[1] == "proxy" && (r.Method == "POST" || r.Method == "GET"):
 		f.serveEtcdLocked(w, ns, strings.TrimSuffix(rest[0], fmt.Sprintf(":%d", clientPort)), "/"+strings.Join(rest[2:], "/"), req.Body)
 	case r.Method == "DELETE" && len(rest) == 1 && resource != "events":
 		key := resource + "/" + ns + "/" + rest[0]

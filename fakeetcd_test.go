@@ -61,6 +61,19 @@ func (f *fakeAPI) disableNode() {
 
 func podKey(ns, name string) string { return ns + "/" + name }
 
+// clusterVersionLocked is etcd's cluster version: major.minor.0 of the
+// lowest version among the members' processes.
+func (f *fakeAPI) clusterVersionLocked(ns string, e *fakeEtcd) string {
+	low := ""
+	for _, m := range e.Members {
+		if p := f.procs[podKey(ns, m.PeerHost)]; p != nil && (low == "" || versionLess(p.Version, low)) {
+			low = p.Version
+		}
+	}
+	v, _ := parseVersion(low)
+	return fmt.Sprintf("%d.%d.0", v[0], v[1])
+}
+
 // leaderLocked is the leader's member, nil without a quorum of running voters.
 func (f *fakeAPI) leaderLocked(ns string, e *fakeEtcd) *fakeMember {
 	voters, up := 0, []*fakeMember{}
@@ -207,6 +220,12 @@ func (f *fakeAPI) serveEtcdLocked(w http.ResponseWriter, ns, podName, path, body
 		return
 	}
 	self := e.member(podName)
+	if path == "/version" {
+		// etcd's HTTP /version (a GET): the member's own version and the
+		// cluster's, the lowest minor among its members' images here.
+		w.Write(mustJSON(map[string]string{"etcdserver": proc.Version, "etcdcluster": f.clusterVersionLocked(ns, e)}))
+		return
+	}
 	leader := f.leaderLocked(ns, e)
 	refuse := func(msg string) {
 		w.WriteHeader(http.StatusBadRequest)

@@ -11,7 +11,8 @@
 //
 // so that `go run .` against kubectl proxy and the in-cluster Deployment
 // reach etcd the same way: no cluster DNS, no Pod network, no new flag on the
-// operator's side, and RBAC (create on pods/proxy) says who may.
+// operator's side, and RBAC (create, and get for etcd's /version, on
+// pods/proxy) says who may.
 package main
 
 import (
@@ -22,6 +23,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 )
@@ -243,7 +245,37 @@ func (c *controller) observeEtcd(ctx context.Context, ns string, running []*pod)
 	}
 	v.Answered = len(answers)
 	c.listMembers(ctx, ns, &v, podOf[v.Leader], answers)
+	if slices.ContainsFunc(v.Listed, func(m memberView) bool { return !m.Answered }) {
+		var err error
+		if v.ClusterVersion, err = c.clusterVersion(ctx, ns, v.AnsweredPods); err != nil {
+			return v, err
+		}
+	}
 	return v, nil
+}
+
+// clusterVersion asks a member for etcd's cluster version (a GET of its
+// HTTP /version, so "get" on pods/proxy), which the leader raises only
+// once every member reports a higher one. While a member is silent it is
+// the one fact of what that member last ran.
+func (c *controller) clusterVersion(ctx context.Context, ns string, pods []string) (string, error) {
+	for _, pod := range pods {
+		var v struct {
+			Cluster string `json:"etcdcluster"`
+		}
+		p := "/api/v1/namespaces/" + url.PathEscape(ns) + "/pods/" + url.PathEscape(pod) + fmt.Sprintf(":%d/proxy/version", clientPort)
+		ctx, cancel := context.WithTimeout(ctx, etcdTimeout)
+		b, _, err := c.client.try(ctx, http.MethodGet, p, nil, "")
+		cancel()
+		if isStatus(err, http.StatusForbidden) || isStatus(err, http.StatusUnauthorized) {
+			return "", fmt.Errorf("ask etcd member %s its cluster version: %w", pod, err)
+		}
+		if err == nil && json.Unmarshal(b, &v) == nil && isVersion(v.Cluster) {
+			return v.Cluster, nil
+		}
+		c.log.Debug("member did not say the cluster version", "pod", ns+"/"+pod, "err", err)
+	}
+	return "", nil
 }
 
 // listMembers asks the leader's Pod for the member list: the leader's is

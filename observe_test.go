@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -66,6 +67,41 @@ func TestObserveRefused(t *testing.T) {
 			st := waitStatus(f, "example", inPhase(phaseFailed))
 			if !strings.Contains(st.Message, "403 Forbidden") || !strings.Contains(st.Message, tc.want) {
 				t.Errorf("status.message = %q, want the 403 and %q", st.Message, tc.want)
+			}
+		})
+	}
+}
+
+// etcd's cluster version is asked only while a listed member is silent:
+// a pass over a healthy cluster costs no more requests than before.
+func TestObserveClusterVersion(t *testing.T) {
+	f := settledExample(t, nil, running(3))
+	ctl := newController(f)
+	ec, err := decodeCluster(mustJSON(f.cluster("default", "example")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	versionAsked := func() int {
+		return f.countMatching("GET", func(p string) bool { return strings.HasSuffix(p, "/proxy/version") })
+	}
+	for _, tc := range []struct {
+		name  string
+		down  bool
+		want  string
+		asked int
+	}{
+		{"every member answers", false, "", 0},
+		{"one member is down", true, "3.6.0", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f.killMember("default", "example-2", tc.down)
+			before := versionAsked()
+			obs, err := ctl.observe(context.Background(), ec, "example")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if obs.Etcd.ClusterVersion != tc.want || versionAsked()-before != tc.asked {
+				t.Errorf("ClusterVersion %q after %d GETs of /version, want %q after %d", obs.Etcd.ClusterVersion, versionAsked()-before, tc.want, tc.asked)
 			}
 		})
 	}

@@ -667,13 +667,23 @@ func (m *model) observe() observed {
 	if !ok {
 		if len(answered) > 0 {
 			v.Listed = m.memberViews(answered)
+			m.observeClusterVersion(v)
 		}
 		return obs
 	}
 	v.LeaderPod = leaderPod
 	v.Members = m.memberViews(answered)
 	v.Listed = v.Members
+	m.observeClusterVersion(v)
 	return obs
+}
+
+// observeClusterVersion is etcd's /version as observe.go asks it: only
+// while a listed member does not answer.
+func (m *model) observeClusterVersion(v *etcdView) {
+	if slices.ContainsFunc(v.Listed, func(mv memberView) bool { return !mv.Answered }) {
+		v.ClusterVersion = fmt.Sprintf("3.%d.0", m.etcd.Minor)
+	}
 }
 
 // memberViews is etcd's member list as observe.go reads it.

@@ -261,6 +261,11 @@ func (d *decision) lowestVersion(members []memberView) string {
 			lowest = v
 		}
 	}
+	// A silent member whose version is not known (a lost status, an
+	// image that never pulled) still holds the cluster version down.
+	if cv := d.obs.Etcd.ClusterVersion; cv != "" && lowest != "" && minorLess(cv, lowest) {
+		lowest = cv
+	}
 	return lowest
 }
 

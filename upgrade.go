@@ -240,3 +240,10 @@ func versionLess(a, b string) bool {
 	vb, _ := parseVersion(b)
 	return slices.Compare(va[:], vb[:]) < 0
 }
+
+// minorLess compares major.minor only, as etcd's cluster version does.
+func minorLess(a, b string) bool {
+	va, _ := parseVersion(a)
+	vb, _ := parseVersion(b)
+	return slices.Compare(va[:2], vb[:2]) < 0
+}

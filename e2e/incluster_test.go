@@ -99,7 +99,7 @@ func TestInCluster(t *testing.T) {
 		},
 		{
 			name: "no create on pods/proxy", can: "create pods --subresource=proxy",
-			from: "    resources: [pods/proxy]\n    verbs: [create]", to: "    resources: [pods/proxy]\n    verbs: [get]",
+			from: "    resources: [pods/proxy]\n    verbs: [create, get]", to: "    resources: [pods/proxy]\n    verbs: [get]",
 			want: `cannot create resource \"pods/proxy\"`,
 		},
 		{
