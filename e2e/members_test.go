@@ -9,6 +9,7 @@ package e2e
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -117,6 +118,13 @@ func TestMembersFormACluster(t *testing.T) {
 		code, b, err := cp.Do("POST", "/api/v1/namespaces/"+ns+"/pods/example-0:2379/proxy/v3/cluster/member/list", []byte("{}"), "application/json")
 		if err != nil || code != 200 || !strings.Contains(string(b), `"members"`) {
 			t.Errorf("POST pods/example-0:2379/proxy/v3/cluster/member/list: %d %s %v", code, b, err)
+		}
+		// etcd's cluster version, which the operator reads while a member
+		// is silent, is a GET of /version.
+		var v struct{ Etcdserver, Etcdcluster string }
+		code, b, err = cp.Do("GET", "/api/v1/namespaces/"+ns+"/pods/example-0:2379/proxy/version", nil, "")
+		if err != nil || code != 200 || json.Unmarshal(b, &v) != nil || v.Etcdcluster != "3.6.0" || v.Etcdserver != "3.6.16" {
+			t.Errorf("GET pods/example-0:2379/proxy/version: %d %s %v", code, b, err)
 		}
 	})
 
