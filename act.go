@@ -38,10 +38,17 @@ func (c *controller) act(ctx context.Context, s step) (outcome, error) {
 	case s.Etcd != nil:
 		return c.changeMembers(ctx, log, s)
 	case s.Delete != "":
-		return stepDone, c.delete(ctx, log, s.Namespace, s.Delete, s.Member)
+		if err := c.delete(ctx, log, s.Namespace, s.Delete, s.Member); err != nil {
+			return stepDone, err
+		}
+		c.cache.expect(s.Namespace, s.Cluster, s.Delete, s.Member, pendingWrite{gone: true})
+		return stepDone, nil
 	case s.Patch != nil:
 		if _, err := c.client.do(ctx, http.MethodPatch, s.Patch.Path, s.Patch.Body, s.Patch.ContentType); err != nil {
 			return stepDone, fmt.Errorf("%s %s: %w", strings.ToLower(s.Action), s.Member, err)
+		}
+		if s.Action == actUpgrade {
+			c.cache.expect(s.Namespace, s.Cluster, "pods", s.Member, pendingWrite{uid: s.Owner, image: s.Image})
 		}
 		log.Info(patched[s.Action], "member", s.Member, "image", s.Image)
 		return stepDone, nil
@@ -58,6 +65,7 @@ func (c *controller) createAll(ctx context.Context, log *slog.Logger, s step) (o
 		if err != nil {
 			return stepDone, err
 		}
+		c.cache.expect(s.Namespace, s.Cluster, o.Resource, o.Name, pendingWrite{uid: s.Owner})
 		if created {
 			out = stepDone
 		}

@@ -241,7 +241,7 @@ func (c *controller) snapshotMember(ctx context.Context, ec *EtcdCluster) (strin
 	ns := ec.Metadata.Namespace
 	var pods struct{ Items []pod }
 	sel := "?" + url.Values{"labelSelector": {labelCluster + "=" + baseName(ec.Metadata.Name)}}.Encode()
-	if err := c.getJSON(ctx, podsPath(ns)+sel, &pods); err != nil {
+	if err := c.getJSON(ctx, corePath(ns, "pods")+sel, &pods); err != nil {
 		return "", 0, fmt.Errorf("list the member Pods of %s: %w", ec.key(), err)
 	}
 	best, bestRev, bestLeader := "", int64(-1), true

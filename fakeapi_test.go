@@ -51,6 +51,12 @@ type fakeAPI struct {
 	lagLearners bool
 	podHistory  []watchEvent
 	podStreams  []chan []byte
+	svcHistory  []watchEvent
+	svcStreams  []chan []byte
+	// ownedLag holds the Pod and Service events back, as a watch that
+	// falls behind does: the operator's cache then lags its own writes.
+	ownedLag  bool
+	ownedHeld []heldLine
 	// fault, when set, may answer a request instead of the fake: it returns
 	// the HTTP code (0: no fault), a Retry-After value and a Status message.
 	fault func(r request) (code int, retryAfter, message string)
@@ -75,10 +81,10 @@ func newFakeAPI(t *testing.T) *fakeAPI {
 	t.Cleanup(func() {
 		f.closeStreams()
 		f.mu.Lock()
-		for _, s := range f.podStreams {
+		for _, s := range slices.Concat(f.podStreams, f.svcStreams) {
 			close(s)
 		}
-		f.podStreams = nil
+		f.podStreams, f.svcStreams = nil, nil
 		f.mu.Unlock()
 		f.srv.Close()
 	})
@@ -372,12 +378,18 @@ const answerLost = -1
 
 func (f *fakeAPI) serveRequest(w http.ResponseWriter, r *http.Request, req request) {
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
-	podCollection := r.URL.Path == "/api/v1/pods" || (len(parts) == 5 && parts[4] == "pods")
+	owned := ""
 	switch {
-	case podCollection && r.Method == "GET" && req.Query.Get("watch") != "":
-		f.serveWatch(w, r, "pods", req.Query.Get("resourceVersion"), req.Query.Get("labelSelector"))
-	case r.URL.Path == "/api/v1/pods" && r.Method == "GET":
-		f.serveCoreList(w, "", "pods", req.Query.Get("labelSelector"))
+	case r.URL.Path == "/api/v1/pods" || len(parts) == 5 && parts[0] == "api" && parts[4] == "pods":
+		owned = "pods"
+	case r.URL.Path == "/api/v1/services" || len(parts) == 5 && parts[0] == "api" && parts[4] == "services":
+		owned = "services"
+	}
+	switch {
+	case owned != "" && r.Method == "GET" && req.Query.Get("watch") != "":
+		f.serveWatch(w, r, owned, req.Query.Get("resourceVersion"), req.Query.Get("labelSelector"))
+	case (r.URL.Path == "/api/v1/pods" || r.URL.Path == "/api/v1/services") && r.Method == "GET":
+		f.serveCoreList(w, "", owned, req.Query.Get("labelSelector"))
 	case strings.HasPrefix(r.URL.Path, "/apis/coreos.com/v1/"):
 		f.serveClusters(w, r, req, parts[3:])
 	case strings.HasPrefix(r.URL.Path, "/api/v1/namespaces/") && len(parts) >= 5:
@@ -495,8 +507,11 @@ func (f *fakeAPI) serveWatch(w http.ResponseWriter, r *http.Request, resource, r
 	ch := make(chan []byte, 1024)
 	f.mu.Lock()
 	history, streams := &f.history, &f.streams
-	if resource == "pods" {
+	switch resource {
+	case "pods":
 		history, streams = &f.podHistory, &f.podStreams
+	case "services":
+		history, streams = &f.svcHistory, &f.svcStreams
 	}
 	if from < f.floor {
 		f.mu.Unlock()
@@ -514,8 +529,8 @@ func (f *fakeAPI) serveWatch(w http.ResponseWriter, r *http.Request, resource, r
 			ch <- append(mustJSON(ev), '\n')
 		}
 	}
-	// The fake's Pod watchers all use the operator's one selector; the
-	// lists filter by it (serveCoreList).
+	// The fake's Pod and Service watchers all use the operator's one
+	// selector; the lists filter by it (serveCoreList).
 	_ = selector
 	*streams = append(*streams, ch)
 	f.notify()
@@ -572,8 +587,7 @@ func (f *fakeAPI) serveCore(w http.ResponseWriter, r *http.Request, req request,
 		if resource == "pods" {
 			f.deletePodLocked(ns, rest[0])
 		} else {
-			delete(f.objects, key)
-			f.notify()
+			f.deleteServiceLocked(key)
 		}
 		w.Write(mustJSON(obj))
 	case r.Method == "PATCH" && len(rest) == 1 && resource == "pods":
@@ -648,6 +662,8 @@ func (f *fakeAPI) serveCore(w http.ResponseWriter, r *http.Request, req request,
 			if f.node {
 				f.startPodLocked(ns, obj)
 			}
+		} else {
+			f.emitOwnedLocked(&f.svcHistory, f.svcStreams, "ADDED", obj)
 		}
 		w.WriteHeader(201)
 		w.Write(mustJSON(obj))
@@ -747,10 +763,72 @@ func (f *fakeAPI) collectGarbage(ns, uid string) {
 		if resource == "pods" {
 			f.deletePodLocked(ns, name)
 		} else {
-			delete(f.objects, key)
-			f.notify()
+			f.deleteServiceLocked(key)
 		}
 	}
+}
+
+// deleteServiceLocked deletes a Service at once (Services have no
+// finalizers here) and tells the Service watchers.
+func (f *fakeAPI) deleteServiceLocked(key string) {
+	obj := f.objects[key]
+	delete(f.objects, key)
+	obj["metadata"].(map[string]any)["resourceVersion"] = f.nextRV()
+	f.emitOwnedLocked(&f.svcHistory, f.svcStreams, "DELETED", obj)
+}
+
+// deleteService deletes a Service as a user would.
+func (f *fakeAPI) deleteService(ns, name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deleteServiceLocked("services/" + ns + "/" + name)
+}
+
+// heldLine is a Pod or Service watch event held back by lagOwned.
+type heldLine struct {
+	streams *[]chan []byte
+	line    []byte
+}
+
+// emitOwnedLocked records a Pod or Service event and writes it to every
+// watch of its kind, or holds it back while ownedLag is set.
+func (f *fakeAPI) emitOwnedLocked(history *[]watchEvent, streams []chan []byte, typ string, obj map[string]any) {
+	ev := watchEvent{Type: typ, Object: mustJSON(obj)}
+	*history = append(*history, ev)
+	line := append(mustJSON(ev), '\n')
+	if f.ownedLag {
+		target := &f.svcStreams
+		if history == &f.podHistory {
+			target = &f.podStreams
+		}
+		f.ownedHeld = append(f.ownedHeld, heldLine{target, line})
+	} else {
+		for _, s := range streams {
+			s <- line
+		}
+	}
+	f.notify()
+}
+
+// lagOwned holds the Pod and Service watch events back until
+// catchUpOwned: the operator's cache falls behind its own writes.
+func (f *fakeAPI) lagOwned() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ownedLag = true
+}
+
+func (f *fakeAPI) catchUpOwned() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ownedLag = false
+	for _, h := range f.ownedHeld {
+		for _, s := range *h.streams {
+			s <- h.line
+		}
+	}
+	f.ownedHeld = nil
+	f.notify()
 }
 
 func (f *fakeAPI) clusterUID(ns, name string) string {

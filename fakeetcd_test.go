@@ -196,13 +196,7 @@ func (f *fakeAPI) syncPodsLocked(ns, base string) {
 
 // emitPodLocked records a Pod event and writes it to every Pod watch.
 func (f *fakeAPI) emitPodLocked(typ string, pod map[string]any) {
-	ev := watchEvent{Type: typ, Object: mustJSON(pod)}
-	f.podHistory = append(f.podHistory, ev)
-	line := append(mustJSON(ev), '\n')
-	for _, s := range f.podStreams {
-		s <- line
-	}
-	f.notify()
+	f.emitOwnedLocked(&f.podHistory, f.podStreams, typ, pod)
 }
 
 // serveEtcdLocked answers a POST to /v3/... through a Pod's proxy.

@@ -31,7 +31,8 @@ import (
 )
 
 // newController is the operator's controller on the fake, without its
-// loop: a test calls its passes and steps itself. Its Events stay queued.
+// loop and without a cache (so a pass lists): a test calls its passes and
+// steps itself. Its Events stay queued.
 func newController(f *fakeAPI) *controller {
 	c := newClient(f.srv.URL, nil)
 	log := slog.New(slog.DiscardHandler)
@@ -43,22 +44,23 @@ func newController(f *fakeAPI) *controller {
 // fake does not hold costs one GET (404) when it reads the cluster first,
 // more when it acts on the event's object.
 type loop struct {
-	clusters   chan event[*EtcdCluster]
-	pods       chan event[podEvent]
-	synced     chan struct{}
-	podsSynced chan struct{}
-	done       chan struct{}
-	finishOnce sync.Once
+	ctl            *controller
+	clusters       chan event[*EtcdCluster]
+	pods, services chan event[ownedEvent]
+	synced         chan struct{}
+	done           chan struct{}
+	finishOnce     sync.Once
 }
 
 // startLoop runs newController's loop with one worker.
 func startLoop(t *testing.T, f *fakeAPI) *loop {
 	t.Helper()
 	ctl := newController(f)
-	l := &loop{clusters: make(chan event[*EtcdCluster]), pods: make(chan event[podEvent]),
-		synced: make(chan struct{}), podsSynced: make(chan struct{}), done: make(chan struct{})}
+	ctl.cache = newCache()
+	l := &loop{ctl: ctl, clusters: make(chan event[*EtcdCluster]), pods: make(chan event[ownedEvent]),
+		services: make(chan event[ownedEvent]), synced: make(chan struct{}), done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { defer close(l.done); ctl.run(ctx, l.clusters, l.pods, l.synced, l.podsSynced, 1) }()
+	go func() { defer close(l.done); ctl.run(ctx, l.clusters, l.pods, l.services, l.synced, 1) }()
 	t.Cleanup(func() { l.finish(); cancel() })
 	return l
 }
@@ -69,6 +71,7 @@ func (l *loop) finish() {
 	l.finishOnce.Do(func() {
 		close(l.clusters)
 		close(l.pods)
+		close(l.services)
 	})
 	<-l.done
 }
@@ -84,7 +87,14 @@ func (l *loop) cluster(typ, name string, gen int64, st clusterStatus) {
 
 // pod hands the loop a watch event of a member Pod of cluster.
 func (l *loop) pod(typ, cluster, name string, ready bool) {
-	l.pods <- event[podEvent]{Type: typ, Object: podEvent{Namespace: "default", Name: name, Cluster: cluster, Ready: ready}}
+	l.pods <- event[ownedEvent]{Type: typ, Object: ownedEvent{Namespace: "default", Name: name, Cluster: cluster,
+		OwnerUID: "uid-" + cluster, Pod: &cachedPod{podView: podView{Name: name, Ready: ready}, OwnerUID: "uid-" + cluster}}}
+}
+
+// listed ends the first list of Pods and of Services.
+func (l *loop) listed() {
+	l.pods <- event[ownedEvent]{Type: "LISTED"}
+	l.services <- event[ownedEvent]{Type: "LISTED"}
 }
 
 // operator is one run of the operator against a fake API server.
@@ -148,11 +158,22 @@ func (op *operator) stop() {
 // waitLog waits until the operator has logged a line containing text.
 func (op *operator) waitLog(text string) {
 	op.t.Helper()
+	op.waitLogs(text, 1)
+}
+
+// logged counts the operator's log lines containing text.
+func (op *operator) logged(text string) int {
+	return strings.Count(op.logs.String(), text)
+}
+
+// waitLogs waits until the operator has logged n lines containing text.
+func (op *operator) waitLogs(text string, n int) {
+	op.t.Helper()
 	deadline := time.NewTimer(20 * time.Second)
 	defer deadline.Stop()
 	for {
 		op.logs.mu.Lock()
-		found := strings.Contains(op.logs.b.String(), text)
+		found := strings.Count(op.logs.b.String(), text) >= n
 		if op.logs.changed == nil {
 			op.logs.changed = make(chan struct{})
 		}
@@ -217,7 +238,9 @@ func idleExample(t *testing.T) (*fakeAPI, *operator) {
 	f.waitFor("the events of the creation", func() bool { return len(f.events) == 4 })
 	op.stop()
 	op = startOperator(t, f)
-	f.waitFor("the new operator to watch clusters and Pods", func() bool { return len(f.streams) == 1 && len(f.podStreams) == 1 })
+	f.waitFor("the new operator to watch clusters, Pods and Services", func() bool {
+		return len(f.streams) == 1 && len(f.podStreams) == 1 && len(f.svcStreams) == 1
+	})
 	return f, op
 }
 

@@ -1,8 +1,8 @@
 // Loop: events in, work out.
 //
-// The control loop reads the two watches (EtcdClusters, member Pods) and
-// turns events into work for the queue; it never talks to the API server
-// itself. It is level-based, not edge-based: an event means "look at this
+// The control loop reads the three watches (EtcdClusters, member Pods,
+// Services), keeps the cache of the Pods and Services (cache.go) and turns
+// events into work for the queue; it never talks to the API server itself. It is level-based, not edge-based: an event means "look at this
 // cluster", never "create a cluster", so the replay of every object after a
 // restart or a relist is harmless. Two things keep it cheap:
 //
@@ -10,8 +10,8 @@
 //     way, needs no pass when it is replayed (settled).
 //   - A Pod event leads to a pass only when it tells something the
 //     cluster's status does not say (podNews): a member called ready whose
-//     Pod is not, or the other way round. The loop keeps one bit per Pod
-//     and one short string per cluster for that, not a cache of objects.
+//     Pod is not, or the other way round. The loop keeps one short string
+//     per cluster for that, beside the cache.
 //
 // The operator's own status writes come back as MODIFIED events; the queue
 // drops those of a generation it has handled (queue.go).
@@ -19,7 +19,6 @@ package main
 
 import (
 	"context"
-	"hash/maphash"
 	"log/slog"
 	"strings"
 	"sync"
@@ -32,12 +31,11 @@ type controller struct {
 	image  string
 	events *recorder
 	// expect is, by cluster key, what its status says of its member Pods
-	// (" +ready -unready"); ready is, by a hash of the Pod's key, whether
-	// each member Pod is Ready. A hash, so thousands of Pods cost no
-	// strings on the heap.
+	// (" +ready -unready").
 	expect map[string]string
-	ready  map[uint64]bool
-	seed   maphash.Seed
+	// cache holds what the Pod and Service watches said (cache.go); nil
+	// in a controller built by a test alone, which then lists.
+	cache *cache
 	// backups runs the backup schedule of each cluster with spec.backup
 	// (backupschedule.go), beside the passes.
 	backups *backups
@@ -66,29 +64,26 @@ func (c *controller) forgetDeleted(ec *EtcdCluster) {
 	c.deleted.Store(uidOf(ec), now)
 }
 
-// run is the control loop. Pod events are read only once the first list
-// of clusters is in (synced), so that each Pod is compared with its
-// cluster's status instead of sending every Pod's cluster to work. It
+// run is the control loop. Pod and Service events are read only once the
+// first list of clusters is in (synced), so that each Pod is compared with
+// its cluster's status instead of sending every Pod's cluster to work. It
 // returns when the watchers have closed their channels and the workers
 // have finished.
-func (c *controller) run(ctx context.Context, clusters <-chan event[*EtcdCluster], pods <-chan event[podEvent], synced, podsSynced <-chan struct{}, workers int) {
+func (c *controller) run(ctx context.Context, clusters <-chan event[*EtcdCluster], pods, services <-chan event[ownedEvent], synced <-chan struct{}, workers int) {
 	q := newQueue()
-	c.expect, c.ready, c.seed = map[string]string{}, map[uint64]bool{}, maphash.MakeSeed()
+	c.expect = map[string]string{}
 	c.backups = newBackups(ctx, c)
 	defer c.backups.stop()
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() { c.work(ctx, q) })
 	}
-	var podsIn <-chan event[podEvent]
+	var podsIn, servicesIn <-chan event[ownedEvent]
 	podsListed := false
-	for clusters != nil || podsIn != nil {
+	for clusters != nil || podsIn != nil || servicesIn != nil {
 		select {
 		case <-synced:
-			podsIn, synced = pods, nil
-		case <-podsSynced:
-			podsListed, podsSynced = true, nil
-			c.allPodsListed(q)
+			podsIn, servicesIn, synced = pods, services, nil
 		case ev, ok := <-clusters:
 			if !ok {
 				clusters = nil
@@ -100,7 +95,20 @@ func (c *controller) run(ctx context.Context, clusters <-chan event[*EtcdCluster
 				podsIn = nil
 				continue
 			}
+			c.cache.apply("pods", ev)
+			if ev.Type == "LISTED" && !podsListed {
+				podsListed = true
+				c.allPodsListed(q)
+			}
 			c.podEvent(q, ev)
+		case ev, ok := <-servicesIn:
+			if !ok {
+				servicesIn = nil
+				continue
+			}
+			if !c.cache.apply("services", ev) {
+				c.serviceEvent(q, ev)
+			}
 		}
 	}
 	q.shutdown()
@@ -116,6 +124,7 @@ func (c *controller) clusterEvent(q *queue, ev event[*EtcdCluster], podsListed b
 		c.forgetDeleted(ec)
 		c.backups.remove(ec)
 		delete(c.expect, ec.key())
+		c.cache.settle(ec.Metadata.Namespace, ec.Metadata.Name)
 		q.forget(ec)
 		c.log.Info("cluster deleted; the garbage collector removes its objects", "cluster", ec.key())
 		return
@@ -125,27 +134,37 @@ func (c *controller) clusterEvent(q *queue, ev event[*EtcdCluster], podsListed b
 	c.expect[ec.key()] = expectation(st)
 	// A settled status that disagrees with the Pods (a Pod changed while
 	// the status write was on its way) gets a pass with a fresh read.
-	refresh := settled(ec) && disagrees(c.expect[ec.key()], c.readyIn(ec.Metadata.Namespace), podsListed)
+	refresh := settled(ec) && disagrees(c.expect[ec.key()], c.readyIn(ec.Metadata.Namespace, ec.Metadata.Name), podsListed)
 	q.add(item{cluster: ec, refresh: refresh})
 }
 
-// podEvent records whether a member Pod is Ready and queues its cluster
-// when that is news to the cluster's status.
-func (c *controller) podEvent(q *queue, ev event[podEvent]) {
+// podEvent queues a member Pod's cluster when the event is news to the
+// cluster's status.
+func (c *controller) podEvent(q *queue, ev event[ownedEvent]) {
 	p := ev.Object
-	if p.Cluster == "" {
+	if p.Cluster == "" || p.Pod == nil {
 		return
 	}
-	if ev.Type == "DELETED" {
-		delete(c.ready, c.podKey(p.Namespace, p.Name))
-	} else {
-		c.ready[c.podKey(p.Namespace, p.Name)] = p.Ready
-	}
-	if !podNews(c.expect[p.Namespace+"/"+p.Cluster], ev.Type, p.Name, p.Ready) {
+	ready := p.Pod.Ready && !p.Pod.Deleting
+	if !podNews(c.expect[p.Namespace+"/"+p.Cluster], ev.Type, p.Name, ready) {
 		return
 	}
-	c.log.Debug("member Pod changed; looking at its cluster", "pod", p.Namespace+"/"+p.Name, "event", ev.Type, "ready", p.Ready)
+	c.log.Debug("member Pod changed; looking at its cluster", "pod", p.Namespace+"/"+p.Name, "event", ev.Type, "ready", ready)
 	q.add(item{cluster: &EtcdCluster{Metadata: objectMeta{Namespace: p.Namespace, Name: p.Cluster}}, refresh: true})
+}
+
+// serviceEvent queues the cluster of a Service that someone else deleted
+// (the operator's own deletions were awaited): the pass makes it again.
+func (c *controller) serviceEvent(q *queue, ev event[ownedEvent]) {
+	s := ev.Object
+	if ev.Type != "DELETED" || s.Cluster == "" {
+		return
+	}
+	if _, ok := c.expect[s.Namespace+"/"+s.Cluster]; !ok {
+		return
+	}
+	c.log.Debug("Service deleted; looking at its cluster", "service", s.Namespace+"/"+s.Name)
+	q.add(item{cluster: &EtcdCluster{Metadata: objectMeta{Namespace: s.Namespace, Name: s.Cluster}}, refresh: true})
 }
 
 // allPodsListed runs once every member Pod that exists is known: a cluster
@@ -153,23 +172,15 @@ func (c *controller) podEvent(q *queue, ev event[podEvent]) {
 func (c *controller) allPodsListed(q *queue) {
 	for key, exp := range c.expect {
 		ns, name, _ := strings.Cut(key, "/")
-		if disagrees(exp, c.readyIn(ns), true) {
+		if disagrees(exp, c.readyIn(ns, name), true) {
 			q.add(item{cluster: &EtcdCluster{Metadata: objectMeta{Namespace: ns, Name: name}}, refresh: true})
 		}
 	}
 }
 
-// podKey is the key of a Pod in c.ready.
-func (c *controller) podKey(ns, name string) uint64 {
-	return maphash.String(c.seed, ns+"/"+name)
-}
-
-// readyIn looks up the Pods of one namespace in c.ready.
-func (c *controller) readyIn(ns string) func(name string) (ready, seen bool) {
-	return func(name string) (bool, bool) {
-		r, seen := c.ready[c.podKey(ns, name)]
-		return r, seen
-	}
+// readyIn looks up the Pods of one cluster in the cache.
+func (c *controller) readyIn(ns, cluster string) func(name string) (ready, seen bool) {
+	return func(name string) (bool, bool) { return c.cache.ready(ns, cluster, name) }
 }
 
 // expectation is what a status says of the member Pods: " +ready -unready".
@@ -198,12 +209,13 @@ func podNews(expect, typ, name string, ready bool) bool {
 }
 
 // disagrees reports whether any member in a status's expectation is
-// called ready while its Pod is not, or the other way round. Until every
-// Pod has been listed (allSeen), only Pods seen so far count.
+// called ready while its Pod is not, or the other way round, or has no Pod
+// at all (deleted while the operator was down). Until every Pod has been
+// listed (allSeen), only Pods seen so far count.
 func disagrees(expect string, ready func(name string) (ready, seen bool), allSeen bool) bool {
 	for _, m := range strings.Fields(expect) {
 		r, seen := ready(m[1:])
-		if (seen || allSeen) && r != (m[0] == '+') {
+		if seen && r != (m[0] == '+') || !seen && allSeen {
 			return true
 		}
 	}

@@ -6,9 +6,10 @@
 //
 //	watch.go -> events channel -> loop.go -> queue.go -> reconcile.go -> API server
 //
-// Two watches (the EtcdClusters users write, the member Pods the operator
-// made) feed the control loop, which turns events into work; a worker takes
-// a cluster from the queue and runs a pass: observe what exists
+// Three watches (the EtcdClusters users write, the member Pods and Services
+// the operator made) feed the control loop, which keeps what the last two
+// say in a cache (cache.go) and turns events into work; a worker takes a
+// cluster from the queue and runs a pass: observe what exists
 // (observe.go), decide the one next step (decide.go, a pure function), act
 // (act.go, with the objects of manifests.go) and report (report.go).
 // client.go is how it talks to the API server. This file reads the flags
@@ -114,21 +115,25 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	c.log = log
 	log.Info("etcd-operator starting", "apiServer", c.base, "namespace", printable(namespace), "workers", cfg.workers, "qps", cfg.qps)
 
-	clusters, pods := make(chan event[*EtcdCluster]), make(chan event[podEvent])
-	synced, podsSynced := make(chan struct{}), make(chan struct{})
+	clusters, synced := make(chan event[*EtcdCluster]), make(chan struct{})
+	pods, services := make(chan event[ownedEvent]), make(chan event[ownedEvent])
 	cw := &watcher[*EtcdCluster]{client: c, path: clustersPath(namespace), decode: clusterRV,
 		stall: cfg.watchStall, pageSize: cfg.pageSize, log: log, listed: sync.OnceFunc(func() { close(synced) })}
-	// Only the operator's own Pods: the API server filters by label.
-	pw := &watcher[podEvent]{client: c, path: podsPath(namespace), selector: labelCluster, decode: decodePodEvent,
-		stall: cfg.watchStall, pageSize: cfg.pageSize, log: log, listed: sync.OnceFunc(func() { close(podsSynced) })}
+	// Only the operator's own Pods and Services: the API server filters
+	// by label.
+	pw := &watcher[ownedEvent]{client: c, path: corePath(namespace, "pods"), selector: labelCluster, decode: decodePodEvent,
+		stall: cfg.watchStall, pageSize: cfg.pageSize, log: log, marks: true}
+	sw := &watcher[ownedEvent]{client: c, path: corePath(namespace, "services"), selector: labelCluster, decode: decodeServiceEvent,
+		stall: cfg.watchStall, pageSize: cfg.pageSize, log: log, marks: true}
 	rec := newRecorder(c, log)
-	ctl := &controller{client: c, log: log, image: cfg.image, events: rec}
+	ctl := &controller{client: c, log: log, image: cfg.image, events: rec, cache: newCache()}
 
 	var wg sync.WaitGroup
 	wg.Go(func() { cw.run(ctx, clusters) })
 	wg.Go(func() { pw.run(ctx, pods) })
+	wg.Go(func() { sw.run(ctx, services) })
 	wg.Go(func() { rec.run(ctx) })
-	ctl.run(ctx, clusters, pods, synced, podsSynced, cfg.workers)
+	ctl.run(ctx, clusters, pods, services, synced, cfg.workers)
 	wg.Wait()
 	log.Info("etcd-operator stopped")
 	return nil

@@ -2,7 +2,9 @@
 //
 // Kubernetes knows a member's Pod: scheduled or not, its container running,
 // restarted or stuck pulling an image, and Ready, which the readiness probe
-// on etcd's /readyz decides. Only etcd knows the rest: member IDs, the
+// on etcd's /readyz decides. The operator reads that from what its Pod and
+// Service watches delivered (cache.go), not from a LIST per pass: a new
+// cluster costs its objects and nothing more. Only etcd knows the rest: member IDs, the
 // leader, learners, versions, the cluster ID. The operator asks etcd through
 // its v3 JSON gateway (plain HTTP POSTs) sent to the API server's proxy
 // subresource of each member Pod:
@@ -91,11 +93,13 @@ func (p *pod) owner() (name, uid string) {
 // nothing will finish the deletion until someone removes the Node.
 const overdue = time.Minute
 
-func (p *pod) view(now time.Time) podView {
-	v := podView{Name: p.Metadata.Name, Phase: p.Status.Phase, Ready: p.ready(), Deleting: p.Metadata.DeletionTimestamp != ""}
+// cached is what the cache keeps of a Pod (cache.go).
+func (p *pod) cached() *cachedPod {
+	v := &cachedPod{podView: podView{Name: p.Metadata.Name, Phase: p.Status.Phase, Ready: p.ready(), Deleting: p.Metadata.DeletionTimestamp != ""}, HasIP: p.Status.PodIP != ""}
+	_, v.OwnerUID = p.owner()
 	// deletionTimestamp is when the grace period ends.
 	if end, err := time.Parse(time.RFC3339, p.Metadata.DeletionTimestamp); err == nil {
-		v.Overdue = now.Sub(end) > overdue
+		v.DeletionEnd = end
 	}
 	for _, c := range p.Spec.Containers {
 		if c.Name == "etcd" {
@@ -120,73 +124,128 @@ func (p *pod) view(now time.Time) podView {
 	return v
 }
 
-// podEvent is what the Pod watcher passes on: which cluster a member Pod
-// belongs to and whether it is Ready. Nothing else of a Pod is kept.
-type podEvent struct {
-	Namespace, Name, Cluster string
-	Ready                    bool
+// view is the Pod as a pass saw it at now.
+func (p *cachedPod) view(now time.Time) podView {
+	v := p.podView
+	v.Overdue = !p.DeletionEnd.IsZero() && now.Sub(p.DeletionEnd) > overdue
+	return v
 }
 
-func decodePodEvent(raw json.RawMessage) (podEvent, string, error) {
+// decodePodEvent is the Pod watcher's decode function: the member Pod as
+// the cache keeps it, and the cluster that owns it.
+func decodePodEvent(raw json.RawMessage) (ownedEvent, string, error) {
 	var p pod
 	if err := json.Unmarshal(raw, &p); err != nil {
-		return podEvent{}, "", err
+		return ownedEvent{}, "", err
 	}
-	cluster, _ := p.owner()
-	return podEvent{Namespace: p.Metadata.Namespace, Name: p.Metadata.Name, Cluster: cluster, Ready: p.ready() && p.Metadata.DeletionTimestamp == ""}, p.Metadata.ResourceVersion, nil
+	cluster, uid := p.owner()
+	return ownedEvent{Namespace: p.Metadata.Namespace, Name: p.Metadata.Name, Cluster: cluster, OwnerUID: uid, Pod: p.cached()}, p.Metadata.ResourceVersion, nil
 }
 
-func podsPath(namespace string) string {
+// service is the part of a core/v1 Service the operator reads.
+type service struct {
+	Metadata struct {
+		Name            string           `json:"name"`
+		Namespace       string           `json:"namespace"`
+		ResourceVersion string           `json:"resourceVersion"`
+		OwnerReferences []ownerReference `json:"ownerReferences"`
+	} `json:"metadata"`
+}
+
+// owner is the EtcdCluster that controls the Service, if any.
+func (s *service) owner() (name, uid string) {
+	for _, o := range s.Metadata.OwnerReferences {
+		if o.Controller && o.Kind == kind && strings.HasPrefix(o.APIVersion, group+"/") {
+			return o.Name, o.UID
+		}
+	}
+	return "", ""
+}
+
+// decodeServiceEvent is the Service watcher's decode function.
+func decodeServiceEvent(raw json.RawMessage) (ownedEvent, string, error) {
+	var s service
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return ownedEvent{}, "", err
+	}
+	cluster, uid := s.owner()
+	return ownedEvent{Namespace: s.Metadata.Namespace, Name: s.Metadata.Name, Cluster: cluster, OwnerUID: uid}, s.Metadata.ResourceVersion, nil
+}
+
+// corePath is a core/v1 collection: in one namespace, or in all.
+func corePath(namespace, resource string) string {
 	if namespace == "" {
-		return "/api/v1/pods"
+		return "/api/v1/" + resource
 	}
-	return "/api/v1/namespaces/" + url.PathEscape(namespace) + "/pods"
+	return "/api/v1/namespaces/" + url.PathEscape(namespace) + "/" + resource
 }
 
-// observe reads a cluster's member Pods and Services and asks etcd about
-// its members. Failing to reach etcd is an observation, not an error.
+// observe reads a cluster's member Pods and Services, from the watches'
+// cache (cache.go) or, without one or while it lags behind the operator's
+// own writes, from LISTs; then it asks etcd about its members. Failing to
+// reach etcd is an observation, not an error.
 func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base string) (observed, error) {
 	var obs observed
 	ns := ec.Metadata.Namespace
-	sel := "?" + url.Values{"labelSelector": {labelCluster + "=" + base}}.Encode()
-	var pods struct{ Items []pod }
+	var pods []cachedPod
+	ok := false
+	if c.cache != nil {
+		pods, obs.Services, ok = c.cache.objects(ctx, ns, ec.Metadata.Name, ec.Metadata.UID, func() {
+			c.log.Debug("waiting for the watches to show the operator's last writes", "cluster", ec.key())
+		})
+	}
+	if !ok {
+		if c.cache != nil {
+			c.log.Info("the watches do not show the operator's last writes; listing instead", "cluster", ec.key(), "after", cacheLag)
+		}
+		var err error
+		if pods, obs.Services, err = c.list(ctx, ec, base); err != nil {
+			return obs, err
+		}
+		c.cache.settle(ns, ec.Metadata.Name)
+	}
+	slices.SortFunc(pods, func(a, b cachedPod) int { return cmp.Compare(a.Name, b.Name) })
+	slices.Sort(obs.Services)
+	var running []string
+	now := time.Now()
+	for _, p := range pods {
+		obs.Pods = append(obs.Pods, p.view(now))
+		if p.Phase == "Running" && p.HasIP && !p.Deleting {
+			running = append(running, p.Name)
+		}
+	}
 	var err error
-	if err := c.getJSON(ctx, "/api/v1/namespaces/"+url.PathEscape(ns)+"/pods"+sel, &pods); err != nil {
-		return obs, fmt.Errorf("list pods of %s: %w", ec.key(), err)
-	}
-	var running []*pod
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		// A Pod of a deleted cluster of the same name may linger until the
-		// garbage collector removes it: only this cluster's own count.
-		if _, uid := p.owner(); uid != ec.Metadata.UID {
-			continue
-		}
-		obs.Pods = append(obs.Pods, p.view(time.Now()))
-		if p.Status.Phase == "Running" && p.Status.PodIP != "" && p.Metadata.DeletionTimestamp == "" {
-			running = append(running, p)
-		}
-	}
-	var svcs struct {
-		Items []struct {
-			Metadata struct {
-				Name            string           `json:"name"`
-				OwnerReferences []ownerReference `json:"ownerReferences"`
-			} `json:"metadata"`
-		}
-	}
-	if err := c.getJSON(ctx, "/api/v1/namespaces/"+url.PathEscape(ns)+"/services"+sel, &svcs); err != nil {
-		return obs, fmt.Errorf("list services of %s: %w", ec.key(), err)
-	}
-	for _, s := range svcs.Items {
-		for _, o := range s.Metadata.OwnerReferences {
-			if o.Controller && o.UID == ec.Metadata.UID {
-				obs.Services = append(obs.Services, s.Metadata.Name)
-			}
-		}
-	}
 	obs.Etcd, err = c.observeEtcd(ctx, ns, running)
 	return obs, err
+}
+
+// list reads a cluster's member Pods and Services with label-selected
+// LISTs. A Pod or Service of a deleted cluster of the same name may linger
+// until the garbage collector removes it: only this cluster's own count.
+func (c *controller) list(ctx context.Context, ec *EtcdCluster, base string) ([]cachedPod, []string, error) {
+	ns := ec.Metadata.Namespace
+	sel := "?" + url.Values{"labelSelector": {labelCluster + "=" + base}}.Encode()
+	var pods struct{ Items []pod }
+	if err := c.getJSON(ctx, corePath(ns, "pods")+sel, &pods); err != nil {
+		return nil, nil, fmt.Errorf("list pods of %s: %w", ec.key(), err)
+	}
+	var cached []cachedPod
+	for i := range pods.Items {
+		if p := pods.Items[i].cached(); p.OwnerUID == ec.Metadata.UID {
+			cached = append(cached, *p)
+		}
+	}
+	var svcs struct{ Items []service }
+	if err := c.getJSON(ctx, corePath(ns, "services")+sel, &svcs); err != nil {
+		return nil, nil, fmt.Errorf("list services of %s: %w", ec.key(), err)
+	}
+	var names []string
+	for _, s := range svcs.Items {
+		if _, uid := s.owner(); uid == ec.Metadata.UID {
+			names = append(names, s.Metadata.Name)
+		}
+	}
+	return cached, names, nil
 }
 
 // memberStatusAnswer is etcd's answer to /v3/maintenance/status.
@@ -216,25 +275,25 @@ type memberListAnswer struct {
 // for the member list: the leader's list is current, a follower's may lag.
 // A member that does not answer is an observation; the API server refusing
 // the operator the proxy (403) is an error that someone must fix.
-func (c *controller) observeEtcd(ctx context.Context, ns string, running []*pod) (etcdView, error) {
+func (c *controller) observeEtcd(ctx context.Context, ns string, running []string) (etcdView, error) {
 	var v etcdView
 	if len(running) > 0 {
 		v.AnsweredPods = []string{}
 	}
 	answers := map[string]memberStatusAnswer{} // by member ID
 	podOf := map[string]string{}               // member ID -> Pod name
-	for _, p := range running {
+	for _, name := range running {
 		var a memberStatusAnswer
-		if err := c.etcd(ctx, ns, p.Metadata.Name, "/v3/maintenance/status", struct{}{}, &a); err != nil {
+		if err := c.etcd(ctx, ns, name, "/v3/maintenance/status", struct{}{}, &a); err != nil {
 			if isStatus(err, http.StatusForbidden) || isStatus(err, http.StatusUnauthorized) {
-				return v, fmt.Errorf("ask etcd member %s: %w", p.Metadata.Name, err)
+				return v, fmt.Errorf("ask etcd member %s: %w", name, err)
 			}
-			c.log.Debug("member did not answer", "pod", ns+"/"+p.Metadata.Name, "err", err)
+			c.log.Debug("member did not answer", "pod", ns+"/"+name, "err", err)
 			continue
 		}
 		answers[a.Header.MemberID] = a
-		podOf[a.Header.MemberID] = p.Metadata.Name
-		v.AnsweredPods = append(v.AnsweredPods, p.Metadata.Name)
+		podOf[a.Header.MemberID] = name
+		v.AnsweredPods = append(v.AnsweredPods, name)
 		if !a.IsLearner {
 			v.AnsweredVoters++
 		}

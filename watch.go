@@ -11,11 +11,13 @@
 // lists again. The 2016 demo did one watch with no list and no resume.
 //
 // The watcher only reads. Every object it sees goes into one channel, in
-// order, for the control loop in main.go to act on. The operator runs two:
-// one for the EtcdClusters users write, and one for the member Pods it made
-// (label-selected, so it never sees other Pods), which is how it notices
-// within seconds that a member died, restarted or turned unready, without
-// polling a single healthy cluster.
+// order, for the control loop in loop.go to act on. The operator runs
+// three: one for the EtcdClusters users write, and one each for the member
+// Pods and the Services it made (label-selected, so it never sees others).
+// The Pod watch is how it notices within seconds that a member died,
+// restarted or turned unready, without polling a single healthy cluster;
+// the Pod and Service watches together keep the cache (cache.go) that each
+// pass observes.
 package main
 
 import (
@@ -60,7 +62,7 @@ func (ec *EtcdCluster) key() string { return ec.Metadata.Namespace + "/" + ec.Me
 
 // event is what a watcher hands to the control loop.
 type event[T any] struct {
-	Type   string // ADDED, MODIFIED or DELETED
+	Type   string // ADDED, MODIFIED or DELETED; LISTING and LISTED around a list (marks)
 	Object T
 }
 
@@ -91,6 +93,9 @@ type watcher[T any] struct {
 	log      *slog.Logger
 	// listed, if set, is called after each complete list.
 	listed func()
+	// marks: a list is sent between a LISTING and a LISTED event, for a
+	// cache that must drop what the list no longer names (cache.go).
+	marks bool
 }
 
 func clustersPath(namespace string) string {
@@ -148,6 +153,9 @@ func (w *watcher[T]) run(ctx context.Context, events chan<- event[T]) {
 // resourceVersion to watch from. It reads in pages so that memory stays
 // flat however many clusters there are.
 func (w *watcher[T]) list(ctx context.Context, events chan<- event[T]) (string, error) {
+	if w.marks && !send(ctx, events, event[T]{Type: "LISTING"}) {
+		return "", ctx.Err()
+	}
 	cont := ""
 	for {
 		q := url.Values{"limit": {fmt.Sprint(w.pageSize)}}
@@ -186,6 +194,9 @@ func (w *watcher[T]) list(ctx context.Context, events chan<- event[T]) (string, 
 		}
 		if page.Metadata.Continue == "" {
 			w.log.Info("listed "+w.resource(), "path", w.path, "resourceVersion", page.Metadata.ResourceVersion)
+			if w.marks && !send(ctx, events, event[T]{Type: "LISTED"}) {
+				return "", ctx.Err()
+			}
 			if w.listed != nil {
 				w.listed()
 			}

@@ -77,7 +77,7 @@ func TestInCluster(t *testing.T) {
 	// concerns the Pod watch), keeps running, and recovers once the verb is
 	// back. Steps that need a running cluster (a resize, an upgrade) start
 	// from one made with every verb.
-	const podsRule = "    resources: [pods, services]\n    verbs: [create, get, list, delete]"
+	const podsRule = "    resources: [pods, services]\n    verbs: [create, get, list, watch, delete]"
 	for _, tc := range []struct {
 		name, from, to, can, want string
 		logOnly                   bool // no cluster's status can say it
@@ -89,12 +89,14 @@ func TestInCluster(t *testing.T) {
 	}{
 		{
 			name: "no create on services", can: "create services",
-			from: podsRule, to: "    resources: [pods, services]\n    verbs: [get, list, delete]",
+			from: podsRule, to: "    resources: [pods, services]\n    verbs: [get, list, watch, delete]",
 			want: `services is forbidden: User \"system:serviceaccount:incluster:etcd-operator\" cannot create resource \"services\"`,
 		},
 		{
-			name: "no list on pods and services", can: "list pods",
-			from: podsRule, to: "    resources: [pods, services]\n    verbs: [create, get, delete]",
+			// Listed once at start (the watches' cache); without it the
+			// cache never fills, and each pass lists and is refused.
+			name: "no list on pods and services", can: "list pods", restart: true,
+			from: podsRule, to: "    resources: [pods, services]\n    verbs: [create, get, watch, delete]",
 			want: `cannot list resource \"pods\"`,
 		},
 		{
@@ -103,19 +105,19 @@ func TestInCluster(t *testing.T) {
 			want: `cannot create resource \"pods/proxy\"`,
 		},
 		{
-			name: "no watch on pods", can: "watch pods", logOnly: true, restart: true,
-			from: "    resources: [pods]\n    verbs: [watch, patch]", to: "    resources: [pods]\n    verbs: [patch]",
+			name: "no watch on pods and services", can: "watch pods", logOnly: true, restart: true,
+			from: podsRule, to: "    resources: [pods, services]\n    verbs: [create, get, list, delete]",
 			want: `cannot watch resource \"pods\"`,
 		},
 		{
 			name: "no delete on pods and services", can: "delete pods",
-			from: podsRule, to: "    resources: [pods, services]\n    verbs: [create, get, list]",
+			from: podsRule, to: "    resources: [pods, services]\n    verbs: [create, get, list, watch]",
 			want:   `cannot delete resource \"pods\"`,
 			change: func(name string) { applyCluster(t, Cluster{Namespace: ns, Name: name, Size: 2, Version: "v3.6.16"}) },
 		},
 		{
 			name: "no patch on pods", can: "patch pods",
-			from: "    resources: [pods]\n    verbs: [watch, patch]", to: "    resources: [pods]\n    verbs: [watch]",
+			from: "    resources: [pods]\n    verbs: [patch]", to: "    resources: [pods]\n    verbs: [get]",
 			want:   `cannot patch resource \"pods\"`,
 			change: func(name string) { applyCluster(t, Cluster{Namespace: ns, Name: name, Size: 3, Version: "v3.7.3"}) },
 		},

@@ -1,0 +1,309 @@
+// Cache: what the watches said of the objects the operator owns.
+//
+// A controller that watches what it owns need not list it again: the
+// watch's events keep a copy current, and a pass reads that copy (client-go
+// calls it an informer's store; this one keeps only the few fields decide
+// reads, not whole objects). Two rules make a decision from that copy as
+// safe as one from a LIST:
+//
+//   - Nothing is decided before the Pod and Service watches have each
+//     listed once. After a restart the cache starts empty, and an empty
+//     cache would look like a cluster without members.
+//   - A pass never decides from a cache older than the operator's own last
+//     write to that cluster. Each create, delete or image change records
+//     what the watch must show next (an "expectation", as client-go's
+//     controllers keep them); a pass waits until the watch has shown it,
+//     and lists instead when it has not within cacheLag.
+//
+// The cache is written by the control loop alone (loop.go), in the order
+// the events came, and read by the workers.
+package main
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+)
+
+// cacheLag bounds how long a pass waits for the watches to show the
+// operator's own writes before it lists instead.
+const cacheLag = 10 * time.Second
+
+// cachedPod is what the cache keeps of one member Pod.
+type cachedPod struct {
+	podView
+	OwnerUID string
+	// DeletionEnd is when the Pod's grace period ends, if it is deleting:
+	// Overdue is computed from it when a pass looks.
+	DeletionEnd time.Time
+	// HasIP: the Pod has an address, so its etcd can be asked.
+	HasIP bool
+	epoch uint32
+}
+
+// cachedService is what the cache keeps of one Service.
+type cachedService struct {
+	OwnerUID string
+	epoch    uint32
+}
+
+// owned are the objects of one EtcdCluster (by name: the uid tells a
+// deleted cluster's leftovers from a new one of the same name).
+type owned struct {
+	pods   map[string]*cachedPod
+	svcs   map[string]*cachedService
+	expect map[string]pendingWrite // by "pods/NAME" or "services/NAME"
+}
+
+// pendingWrite is what the watch must show of an object after the
+// operator's own write: present, deleting or gone, or running an image.
+type pendingWrite struct {
+	gone  bool
+	uid   string // the owner of the object created or changed
+	image string
+}
+
+// ownedEvent is what the Pod and Service watches pass on. Pod is nil for a
+// Service. Two extra types mark a list: LISTING before its first object and
+// LISTED after its last, so that objects deleted while no watch ran are
+// dropped (as a reflector's Replace does).
+type ownedEvent struct {
+	Namespace, Name, Cluster, OwnerUID string
+	Pod                                *cachedPod
+}
+
+type cache struct {
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced on every change
+	// listed holds the resources ("pods", "services") listed at least
+	// once: the cache is synced when both are.
+	listed   map[string]bool
+	epoch    map[string]uint32 // by resource: the current list's number
+	clusters map[string]*owned // by "NS/CLUSTER"
+}
+
+func newCache() *cache {
+	return &cache{changed: make(chan struct{}), listed: map[string]bool{}, epoch: map[string]uint32{}, clusters: map[string]*owned{}}
+}
+
+func (c *cache) notify() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+func (c *cache) ownedBy(key string) *owned {
+	o := c.clusters[key]
+	if o == nil {
+		o = &owned{pods: map[string]*cachedPod{}, svcs: map[string]*cachedService{}}
+		c.clusters[key] = o
+	}
+	return o
+}
+
+// apply records one event of resource ("pods" or "services"), and reports
+// whether it showed a write of the operator's own that a pass awaited.
+func (c *cache) apply(resource string, ev event[ownedEvent]) (awaited bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	defer c.notify()
+	switch ev.Type {
+	case "LISTING":
+		c.epoch[resource]++
+		return false
+	case "LISTED":
+		c.sweep(resource)
+		c.listed[resource] = true
+		return false
+	}
+	e := ev.Object
+	if e.Cluster == "" {
+		return false
+	}
+	key := e.Namespace + "/" + e.Cluster
+	o := c.ownedBy(key)
+	epoch := c.epoch[resource]
+	switch {
+	case ev.Type == "DELETED" && resource == "pods":
+		delete(o.pods, e.Name)
+	case ev.Type == "DELETED":
+		delete(o.svcs, e.Name)
+	case resource == "pods":
+		p := e.Pod
+		p.epoch = epoch
+		// Pods of one cluster share most strings: keep one copy.
+		for _, q := range o.pods {
+			p.OwnerUID = same(p.OwnerUID, q.OwnerUID)
+			p.Image = same(p.Image, q.Image)
+			p.InitialCluster = same(p.InitialCluster, q.InitialCluster)
+		}
+		o.pods[e.Name] = p
+	default:
+		uid := e.OwnerUID
+		for _, s := range o.svcs {
+			uid = same(uid, s.OwnerUID)
+		}
+		o.svcs[e.Name] = &cachedService{OwnerUID: uid, epoch: epoch}
+	}
+	if x, ok := o.expect[resource+"/"+e.Name]; ok && c.shows(o, resource, e.Name, x) {
+		delete(o.expect, resource+"/"+e.Name)
+		awaited = true
+	}
+	c.forgetEmpty(key, o)
+	return awaited
+}
+
+// sweep drops the objects of resource that the list just finished did not
+// name: they were deleted while no watch ran.
+func (c *cache) sweep(resource string) {
+	epoch := c.epoch[resource]
+	for key, o := range c.clusters {
+		for name, p := range o.pods {
+			if resource == "pods" && p.epoch < epoch {
+				delete(o.pods, name)
+			}
+		}
+		for name, s := range o.svcs {
+			if resource == "services" && s.epoch < epoch {
+				delete(o.svcs, name)
+			}
+		}
+		for k, x := range o.expect {
+			res, name := splitKey(k)
+			if res == resource && c.shows(o, res, name, x) {
+				delete(o.expect, k)
+			}
+		}
+		c.forgetEmpty(key, o)
+	}
+}
+
+func (c *cache) forgetEmpty(key string, o *owned) {
+	if len(o.pods) == 0 && len(o.svcs) == 0 && len(o.expect) == 0 {
+		delete(c.clusters, key)
+	}
+}
+
+// shows reports whether the cache shows what an expectation awaits.
+func (c *cache) shows(o *owned, resource, name string, x pendingWrite) bool {
+	if resource == "services" {
+		s := o.svcs[name]
+		if x.gone {
+			return s == nil
+		}
+		return s != nil && s.OwnerUID == x.uid
+	}
+	p := o.pods[name]
+	if x.gone {
+		return p == nil || p.Deleting
+	}
+	return p != nil && p.OwnerUID == x.uid && (x.image == "" || p.Image == x.image)
+}
+
+// expect records the operator's own write: the watch must show it before
+// the cluster's next pass decides.
+func (c *cache) expect(ns, cluster, resource, name string, x pendingWrite) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := c.ownedBy(ns + "/" + cluster)
+	if c.shows(o, resource, name, x) {
+		delete(o.expect, resource+"/"+name)
+		c.forgetEmpty(ns+"/"+cluster, o)
+		return
+	}
+	if o.expect == nil {
+		o.expect = map[string]pendingWrite{}
+	}
+	o.expect[resource+"/"+name] = x
+}
+
+// objects returns the cluster's Pods and Services as the watches showed
+// them, once the cache is synced and shows the operator's own writes. It
+// waits for that at most cacheLag (calling waiting once, if it must wait);
+// ok is false if the wait was in vain, and the caller lists instead.
+func (c *cache) objects(ctx context.Context, ns, cluster, uid string, waiting func()) (pods []cachedPod, svcs []string, ok bool) {
+	deadline := time.NewTimer(cacheLag)
+	defer deadline.Stop()
+	key := ns + "/" + cluster
+	for {
+		c.mu.Lock()
+		o := c.clusters[key]
+		if c.listed["pods"] && c.listed["services"] && (o == nil || len(o.expect) == 0) {
+			if o != nil {
+				for _, p := range o.pods {
+					if p.OwnerUID == uid {
+						pods = append(pods, *p)
+					}
+				}
+				for name, s := range o.svcs {
+					if s.OwnerUID == uid {
+						svcs = append(svcs, name)
+					}
+				}
+			}
+			c.mu.Unlock()
+			return pods, svcs, true
+		}
+		changed := c.changed
+		c.mu.Unlock()
+		if waiting != nil {
+			waiting()
+			waiting = nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, nil, false
+		case <-deadline.C:
+			return nil, nil, false
+		}
+	}
+}
+
+// settle drops the expectations of a cluster that a LIST has just
+// answered: the list is newer than every write the pass made before it.
+func (c *cache) settle(ns, cluster string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if o := c.clusters[ns+"/"+cluster]; o != nil {
+		o.expect = nil
+		c.forgetEmpty(ns+"/"+cluster, o)
+	}
+}
+
+// ready reports whether Pod name of a cluster is Ready (and not being
+// deleted), and whether the cache holds it at all. A Pod the operator has
+// just created counts as held, not ready, before the watch shows it: the
+// status that lists it can come back before the Pod's own event.
+func (c *cache) ready(ns, cluster, name string) (ready, seen bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := c.clusters[ns+"/"+cluster]
+	if o == nil {
+		return false, false
+	}
+	if x, ok := o.expect["pods/"+name]; ok && !x.gone {
+		return false, true
+	}
+	p, ok := o.pods[name]
+	return ok && p.Ready && !p.Deleting, ok
+}
+
+// same returns b if it equals a, so that equal strings share one copy.
+func same(a, b string) string {
+	if a == b {
+		return b
+	}
+	return a
+}
+
+func splitKey(k string) (resource, name string) {
+	resource, name, _ = strings.Cut(k, "/")
+	return resource, name
+}

@@ -1,0 +1,204 @@
+// Tests of the cache the Pod and Service watches keep: what a pass reads
+// instead of a LIST, and the rule that it never decides from a cache older
+// than the operator's own last write.
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// What a pass reads from the cache after a sequence of watch events and
+// the operator's own writes: ok is false while the cache lags behind a
+// write (the pass waits, then lists).
+func TestCacheObjects(t *testing.T) {
+	pod := func(typ, name, uid string, deleting bool) func(c *cache) {
+		return func(c *cache) {
+			c.apply("pods", event[ownedEvent]{Type: typ, Object: ownedEvent{Namespace: "ns", Name: name, Cluster: "example", OwnerUID: uid,
+				Pod: &cachedPod{podView: podView{Name: name, Deleting: deleting}, OwnerUID: uid}}})
+		}
+	}
+	svc := func(typ, name, uid string) func(c *cache) {
+		return func(c *cache) {
+			c.apply("services", event[ownedEvent]{Type: typ, Object: ownedEvent{Namespace: "ns", Name: name, Cluster: "example", OwnerUID: uid}})
+		}
+	}
+	mark := func(typ string, resources ...string) func(c *cache) {
+		return func(c *cache) {
+			for _, r := range resources {
+				c.apply(r, event[ownedEvent]{Type: typ})
+			}
+		}
+	}
+	listed := mark("LISTED", "pods", "services")
+	expect := func(resource, name string, x pendingWrite) func(c *cache) {
+		return func(c *cache) { c.expect("ns", "example", resource, name, x) }
+	}
+	for _, tc := range []struct {
+		name     string
+		events   []func(c *cache)
+		ok       bool
+		pods     []string
+		services []string
+	}{
+		{name: "not listed yet", events: []func(c *cache){pod("ADDED", "example-0", "u", false)}},
+		{name: "only Pods listed", events: []func(c *cache){pod("ADDED", "example-0", "u", false), mark("LISTED", "pods")}},
+		{name: "listed", ok: true, pods: []string{"example-0"}, services: []string{"example-0"},
+			events: []func(c *cache){pod("ADDED", "example-0", "u", false), svc("ADDED", "example-0", "u"), listed}},
+		{name: "a Pod's deletion leaves the Service of the same name", ok: true, services: []string{"example-0"},
+			events: []func(c *cache){listed, pod("ADDED", "example-0", "u", false), svc("ADDED", "example-0", "u"), pod("DELETED", "example-0", "u", false)}},
+		{name: "a deleted cluster's leftovers are not this one's", ok: true, pods: []string{"example-1"},
+			events: []func(c *cache){listed, pod("ADDED", "example-0", "old", false), pod("ADDED", "example-1", "u", false), svc("ADDED", "example-0", "old")}},
+		{name: "a create not shown yet", events: []func(c *cache){listed, expect("pods", "example-0", pendingWrite{uid: "u"})}},
+		{name: "a create shown", ok: true, pods: []string{"example-0"},
+			events: []func(c *cache){listed, expect("pods", "example-0", pendingWrite{uid: "u"}), pod("ADDED", "example-0", "u", false)}},
+		{name: "a create of a name a deleted cluster's Pod still holds in the cache",
+			events: []func(c *cache){listed, pod("ADDED", "example-0", "old", false), expect("pods", "example-0", pendingWrite{uid: "u"})}},
+		{name: "a create shown before it was recorded", ok: true, services: []string{"example-0"},
+			events: []func(c *cache){listed, svc("ADDED", "example-0", "u"), expect("services", "example-0", pendingWrite{uid: "u"})}},
+		{name: "a delete not shown yet", pods: nil,
+			events: []func(c *cache){listed, pod("ADDED", "example-0", "u", false), expect("pods", "example-0", pendingWrite{gone: true})}},
+		{name: "a graceful delete shown: the Pod is terminating", ok: true, pods: []string{"example-0"},
+			events: []func(c *cache){listed, pod("ADDED", "example-0", "u", false), expect("pods", "example-0", pendingWrite{gone: true}), pod("MODIFIED", "example-0", "u", true)}},
+		{name: "a Service delete shown", ok: true,
+			events: []func(c *cache){listed, svc("ADDED", "example-0", "u"), expect("services", "example-0", pendingWrite{gone: true}), svc("DELETED", "example-0", "u")}},
+		{name: "an image change not shown yet",
+			events: []func(c *cache){listed, pod("ADDED", "example-0", "u", false), expect("pods", "example-0", pendingWrite{uid: "u", image: "etcd:v3.7.3"})}},
+		{name: "a relist drops what was deleted while no watch ran", ok: true, pods: []string{"example-1"}, services: []string{"example-1"},
+			events: []func(c *cache){
+				pod("ADDED", "example-0", "u", false), svc("ADDED", "example-0", "u"), listed,
+				pod("ADDED", "example-1", "u", false), svc("ADDED", "example-1", "u"),
+				mark("LISTING", "pods", "services"), pod("ADDED", "example-1", "u", false), svc("ADDED", "example-1", "u"), listed}},
+		{name: "a relist shows a delete the watch missed", ok: true,
+			events: []func(c *cache){listed, pod("ADDED", "example-0", "u", false), expect("pods", "example-0", pendingWrite{gone: true}),
+				mark("LISTING", "pods"), mark("LISTED", "pods")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCache()
+			for _, e := range tc.events {
+				e(c)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			// A cache that is not ready makes objects wait: cancelled at
+			// once, the wait returns what a lagging cache gives.
+			pods, svcs, ok := c.objects(ctx, "ns", "example", "u", cancel)
+			cancel()
+			var names []string
+			for _, p := range pods {
+				names = append(names, p.Name)
+			}
+			slices.Sort(names)
+			slices.Sort(svcs)
+			if ok != tc.ok || ok && (!slices.Equal(names, tc.pods) || !slices.Equal(svcs, tc.services)) {
+				t.Errorf("objects = %v, %v, ok %v; want %v, %v, ok %v", names, svcs, ok, tc.pods, tc.services, tc.ok)
+			}
+		})
+	}
+}
+
+// The watches lag behind the operator's own writes, as they do on a busy
+// API server: a pass waits until they show what the last one wrote, and so
+// decides neither from a cluster without its new Pods nor from a Pod it
+// has deleted. Without that rule the size change below bootstraps two more
+// members as new (a second cluster), and the scale-down deletes its Pod
+// twice.
+func TestCacheLagsBehindOwnWrites(t *testing.T) {
+	t.Run("create", func(t *testing.T) {
+		f := newFakeAPI(t)
+		op := startOperator(t, f)
+		f.waitFor("the watches", func() bool { return len(f.streams) == 1 && len(f.podStreams) == 1 && len(f.svcStreams) == 1 })
+		f.lagOwned()
+		f.putCluster("default", "example", size(3))
+		f.waitFor("three Pods created", func() bool { return f.countExactLocked("POST", "/api/v1/namespaces/default/pods") == 3 })
+		waits := op.logged(waitingForWatches)
+		f.putCluster("default", "example", size(5))
+		op.waitLogs(waitingForWatches, waits+1)
+		f.catchUpOwned()
+		waitStatus(f, "example", statusCheck{"Running at 5", func(st clusterStatus) bool { return running(5).ok(st) && len(st.Members) == 5 }})
+		if n := f.countExact("POST", "/api/v1/namespaces/default/pods"); n != 5 {
+			t.Errorf("%d Pods created, want 5", n)
+		}
+		for _, m := range []string{"example-3", "example-4"} {
+			if cmd := strings.Join(podCommand(f.object("pods", "default", m)), " "); !strings.Contains(cmd, "--initial-cluster-state=existing") {
+				t.Errorf("Pod %s: %s; want it to join the cluster (state existing)", m, cmd)
+			}
+		}
+		if want := []string{"add example-3", "promote example-3", "add example-4", "promote example-4"}; !slices.Equal(f.membershipLog(), want) {
+			t.Errorf("membership changes = %v, want %v", f.membershipLog(), want)
+		}
+	})
+	t.Run("delete", func(t *testing.T) {
+		f, op := startExample(t)
+		waitStatus(f, "example", running(3))
+		f.lagOwned()
+		waits := op.logged(waitingForWatches)
+		f.putCluster("default", "example", size(2))
+		op.waitLogs(waitingForWatches, waits+1)
+		f.catchUpOwned()
+		waitStatus(f, "example", statusCheck{"Running at 2", func(st clusterStatus) bool { return running(2).ok(st) && len(st.Members) == 2 }})
+		for _, path := range []string{"/api/v1/namespaces/default/pods/example-2", "/api/v1/namespaces/default/services/example-2"} {
+			if n := f.countExact("DELETE", path); n != 1 {
+				t.Errorf("DELETE %s sent %d times, want once", path, n)
+			}
+		}
+		if got, want := f.objectNames("services"), []string{"example-0", "example-1", "example-client"}; !slices.Equal(got, want) {
+			t.Errorf("services = %v, want %v", got, want)
+		}
+	})
+}
+
+// waitingForWatches is logged when a pass waits for the cache.
+const waitingForWatches = "waiting for the watches to show the operator's last writes"
+
+// podCommand is the etcd container's command of a Pod object.
+func podCommand(pod map[string]any) []string {
+	var cmd []string
+	for _, c := range pod["spec"].(map[string]any)["containers"].([]any) {
+		for _, a := range c.(map[string]any)["command"].([]any) {
+			cmd = append(cmd, a.(string))
+		}
+	}
+	return cmd
+}
+
+// BenchmarkCacheMemory reports what the cache holds per cluster of three
+// members (3 Pods, 4 Services), decoded from real Pod and Service JSON as
+// the watches deliver it: the cost of observing from the watches.
+func BenchmarkCacheMemory(b *testing.B) {
+	const clusters = 2000
+	ec := &EtcdCluster{Metadata: objectMeta{Namespace: "default", UID: "6f1c0f3e-6e0a-4f8f-9a55-0e3b7c1d2a10"}, Spec: []byte(`{"size":3}`)}
+	var raw [][2][]byte // Pod or Service JSON, as the API server stores them
+	for i := range clusters {
+		ec.Metadata.Name = fmt.Sprintf("cluster-%04d", i)
+		in := newInput(ec, repo)
+		_, s := decide(in, observed{})
+		for _, o := range s.Create {
+			raw = append(raw, [2][]byte{[]byte(o.Resource), o.Body})
+		}
+	}
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		c := newCache()
+		for _, r := range raw {
+			decode := decodeServiceEvent
+			if string(r[0]) == "pods" {
+				decode = decodePodEvent
+			}
+			ev, _, err := decode(r[1])
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.apply(string(r[0]), event[ownedEvent]{Type: "ADDED", Object: ev})
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/clusters, "B/cluster")
+		runtime.KeepAlive(c)
+	}
+}
