@@ -47,8 +47,11 @@ func (c *controller) act(ctx context.Context, s step) (outcome, error) {
 		if _, err := c.client.do(ctx, http.MethodPatch, s.Patch.Path, s.Patch.Body, s.Patch.ContentType); err != nil {
 			return stepDone, fmt.Errorf("%s %s: %w", strings.ToLower(s.Action), s.Member, err)
 		}
-		if s.Action == actUpgrade {
+		switch s.Action {
+		case actUpgrade:
 			c.cache.expect(s.Namespace, s.Cluster, "pods", s.Member, pendingWrite{uid: s.Owner, image: s.Image})
+		case actExpandVolume:
+			c.cache.expect(s.Namespace, s.Cluster, "persistentvolumeclaims", s.Member, pendingWrite{uid: s.Owner, size: s.Size})
 		}
 		log.Info(patched[s.Action], "member", s.Member, "image", s.Image)
 		return stepDone, nil
@@ -94,8 +97,9 @@ func (c *controller) changeMembers(ctx context.Context, log *slog.Logger, s step
 
 // patched says what each PATCH did.
 var patched = map[string]string{
-	actUpgrade:    "member image changed; the kubelet restarts it",
-	actMarkFormed: "cluster ID recorded in the EtcdCluster's annotations",
+	actUpgrade:      "member image changed; the kubelet restarts it",
+	actMarkFormed:   "cluster ID recorded in the EtcdCluster's annotations",
+	actExpandVolume: "volume claim asked to grow; its StorageClass's provisioner resizes it",
 }
 
 // membershipChange says what each etcd request did, or failed to do.

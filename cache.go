@@ -6,8 +6,8 @@
 // reads, not whole objects). Two rules make a decision from that copy as
 // safe as one from a LIST:
 //
-//   - Nothing is decided before the Pod and Service watches have each
-//     listed once. After a restart the cache starts empty, and an empty
+//   - Nothing is decided before the Pod, Service and PVC watches have
+//     each listed once. After a restart the cache starts empty, and an empty
 //     cache would look like a cluster without members.
 //   - A pass never decides from a cache older than the operator's own last
 //     write to that cluster. Each create, delete or image change records
@@ -42,6 +42,13 @@ type cachedPod struct {
 	epoch uint32
 }
 
+// cachedClaim is what the cache keeps of one member's PVC.
+type cachedClaim struct {
+	claimView
+	OwnerUID string
+	epoch    uint32
+}
+
 // cachedService is what the cache keeps of one Service.
 type cachedService struct {
 	OwnerUID string
@@ -53,31 +60,36 @@ type cachedService struct {
 type owned struct {
 	pods   map[string]*cachedPod
 	svcs   map[string]*cachedService
+	claims map[string]*cachedClaim
 	expect map[string]pendingWrite // by "pods/NAME" or "services/NAME"
 }
 
 // pendingWrite is what the watch must show of an object after the
-// operator's own write: present, deleting or gone, or running an image.
+// operator's own write: present, deleting or gone, running an image, or
+// asking for a size.
 type pendingWrite struct {
 	gone  bool
 	uid   string // the owner of the object created or changed
-	image string
+	image string // of a Pod
+	size  string // of a PVC
 }
 
-// ownedEvent is what the Pod and Service watches pass on. Pod is nil for a
-// Service. Two extra types mark a list: LISTING before its first object and
+// ownedEvent is what the Pod, Service and PVC watches pass on: Pod or
+// Claim is set for those, neither for a Service. Two extra types mark a list: LISTING before its first object and
 // LISTED after its last, so that objects deleted while no watch ran are
 // dropped (as a reflector's Replace does).
 type ownedEvent struct {
 	Namespace, Name, Cluster, OwnerUID string
 	Pod                                *cachedPod
+	Claim                              *cachedClaim
 }
 
 type cache struct {
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced on every change
-	// listed holds the resources ("pods", "services") listed at least
-	// once: the cache is synced when both are.
+	// listed holds the resources ("pods", "services",
+	// "persistentvolumeclaims") listed at least once: the cache is synced
+	// when all are.
 	listed   map[string]bool
 	epoch    map[string]uint32 // by resource: the current list's number
 	clusters map[string]*owned // by "NS/CLUSTER"
@@ -95,7 +107,7 @@ func (c *cache) notify() {
 func (c *cache) ownedBy(key string) *owned {
 	o := c.clusters[key]
 	if o == nil {
-		o = &owned{pods: map[string]*cachedPod{}, svcs: map[string]*cachedService{}}
+		o = &owned{pods: map[string]*cachedPod{}, svcs: map[string]*cachedService{}, claims: map[string]*cachedClaim{}}
 		c.clusters[key] = o
 	}
 	return o
@@ -126,8 +138,14 @@ func (c *cache) apply(resource string, ev event[ownedEvent]) (awaited bool) {
 	switch {
 	case ev.Type == "DELETED" && resource == "pods":
 		delete(o.pods, e.Name)
+	case ev.Type == "DELETED" && resource == "persistentvolumeclaims":
+		delete(o.claims, e.Name)
 	case ev.Type == "DELETED":
 		delete(o.svcs, e.Name)
+	case resource == "persistentvolumeclaims":
+		cl := e.Claim
+		cl.epoch = epoch
+		o.claims[e.Name] = cl
 	case resource == "pods":
 		p := e.Pod
 		p.epoch = epoch
@@ -168,6 +186,11 @@ func (c *cache) sweep(resource string) {
 				delete(o.svcs, name)
 			}
 		}
+		for name, cl := range o.claims {
+			if resource == "persistentvolumeclaims" && cl.epoch < epoch {
+				delete(o.claims, name)
+			}
+		}
 		for k, x := range o.expect {
 			res, name := splitKey(k)
 			if res == resource && c.shows(o, res, name, x) {
@@ -179,19 +202,26 @@ func (c *cache) sweep(resource string) {
 }
 
 func (c *cache) forgetEmpty(key string, o *owned) {
-	if len(o.pods) == 0 && len(o.svcs) == 0 && len(o.expect) == 0 {
+	if len(o.pods) == 0 && len(o.svcs) == 0 && len(o.claims) == 0 && len(o.expect) == 0 {
 		delete(c.clusters, key)
 	}
 }
 
 // shows reports whether the cache shows what an expectation awaits.
 func (c *cache) shows(o *owned, resource, name string, x pendingWrite) bool {
-	if resource == "services" {
+	switch resource {
+	case "services":
 		s := o.svcs[name]
 		if x.gone {
 			return s == nil
 		}
 		return s != nil && s.OwnerUID == x.uid
+	case "persistentvolumeclaims":
+		cl := o.claims[name]
+		if x.gone {
+			return cl == nil || cl.Deleting
+		}
+		return cl != nil && cl.OwnerUID == x.uid && (x.size == "" || cl.Size == x.size)
 	}
 	p := o.pods[name]
 	if x.gone {
@@ -224,14 +254,14 @@ func (c *cache) expect(ns, cluster, resource, name string, x pendingWrite) {
 // them, once the cache is synced and shows the operator's own writes. It
 // waits for that at most cacheLag (calling waiting once, if it must wait);
 // ok is false if the wait was in vain, and the caller lists instead.
-func (c *cache) objects(ctx context.Context, ns, cluster, uid string, waiting func()) (pods []cachedPod, svcs []string, ok bool) {
+func (c *cache) objects(ctx context.Context, ns, cluster, uid string, waiting func()) (pods []cachedPod, svcs []string, claims []claimView, ok bool) {
 	deadline := time.NewTimer(cacheLag)
 	defer deadline.Stop()
 	key := ns + "/" + cluster
 	for {
 		c.mu.Lock()
 		o := c.clusters[key]
-		if c.listed["pods"] && c.listed["services"] && (o == nil || len(o.expect) == 0) {
+		if c.listed["pods"] && c.listed["services"] && c.listed["persistentvolumeclaims"] && (o == nil || len(o.expect) == 0) {
 			if o != nil {
 				for _, p := range o.pods {
 					if p.OwnerUID == uid {
@@ -243,9 +273,14 @@ func (c *cache) objects(ctx context.Context, ns, cluster, uid string, waiting fu
 						svcs = append(svcs, name)
 					}
 				}
+				for _, cl := range o.claims {
+					if cl.OwnerUID == uid {
+						claims = append(claims, cl.claimView)
+					}
+				}
 			}
 			c.mu.Unlock()
-			return pods, svcs, true
+			return pods, svcs, claims, true
 		}
 		changed := c.changed
 		c.mu.Unlock()
@@ -256,9 +291,9 @@ func (c *cache) objects(ctx context.Context, ns, cluster, uid string, waiting fu
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return nil, nil, false
+			return nil, nil, nil, false
 		case <-deadline.C:
-			return nil, nil, false
+			return nil, nil, nil, false
 		}
 	}
 }

@@ -34,7 +34,7 @@ func TestCacheObjects(t *testing.T) {
 			}
 		}
 	}
-	listed := mark("LISTED", "pods", "services")
+	listed := mark("LISTED", "pods", "services", "persistentvolumeclaims")
 	expect := func(resource, name string, x pendingWrite) func(c *cache) {
 		return func(c *cache) { c.expect("ns", "example", resource, name, x) }
 	}
@@ -85,7 +85,7 @@ func TestCacheObjects(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			// A cache that is not ready makes objects wait: cancelled at
 			// once, the wait returns what a lagging cache gives.
-			pods, svcs, ok := c.objects(ctx, "ns", "example", "u", cancel)
+			pods, svcs, _, ok := c.objects(ctx, "ns", "example", "u", cancel)
 			cancel()
 			var names []string
 			for _, p := range pods {
@@ -110,7 +110,9 @@ func TestCacheLagsBehindOwnWrites(t *testing.T) {
 	t.Run("create", func(t *testing.T) {
 		f := newFakeAPI(t)
 		op := startOperator(t, f)
-		f.waitFor("the watches", func() bool { return len(f.streams) == 1 && len(f.podStreams) == 1 && len(f.svcStreams) == 1 })
+		f.waitFor("the watches", func() bool {
+			return len(f.streams) == 1 && len(f.podStreams) == 1 && len(f.svcStreams) == 1 && len(f.pvcStreams) == 1
+		})
 		f.lagOwned()
 		f.putCluster("default", "example", size(3))
 		f.waitFor("three Pods created", func() bool { return f.countExactLocked("POST", "/api/v1/namespaces/default/pods") == 3 })

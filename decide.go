@@ -106,7 +106,8 @@ type etcdView struct {
 // observed is everything a pass saw of one cluster.
 type observed struct {
 	Pods     []podView
-	Services []string // member and client Services that exist
+	Services []string    // member and client Services that exist
+	Claims   []claimView // the members' PVCs (volumes.go)
 	Etcd     etcdView
 }
 
@@ -139,18 +140,21 @@ func newInput(ec *EtcdCluster, repo string) input {
 
 // Actions a step can take.
 const (
-	actNone         = ""
-	actBootstrap    = "Bootstrap"    // create the missing Services, then Pods, of a new cluster
-	actCreateClient = "CreateClient" // create the client Service
-	actAddMember    = "AddMember"    // add a learner to etcd
-	actStartMember  = "StartMember"  // create the Service and Pod of a member etcd knows
-	actPromote      = "Promote"      // make a learner a voter
-	actRemoveMember = "RemoveMember" // remove a member from etcd
-	actDeletePod    = "DeletePod"
-	actDeleteSvc    = "DeleteService"
-	actUpgrade      = "Upgrade"    // change a member Pod's image in place
-	actMoveLeader   = "MoveLeader" // hand leadership to another member first
-	actMarkFormed   = "MarkFormed" // record the cluster ID in the EtcdCluster's annotations
+	actNone          = ""
+	actBootstrap     = "Bootstrap"    // create the missing Services, then Pods, of a new cluster
+	actCreateClient  = "CreateClient" // create the client Service
+	actAddMember     = "AddMember"    // add a learner to etcd
+	actStartMember   = "StartMember"  // create the Service and Pod of a member etcd knows
+	actPromote       = "Promote"      // make a learner a voter
+	actRemoveMember  = "RemoveMember" // remove a member from etcd
+	actDeletePod     = "DeletePod"
+	actDeleteSvc     = "DeleteService"
+	actUpgrade       = "Upgrade"       // change a member Pod's image in place
+	actMoveLeader    = "MoveLeader"    // hand leadership to another member first
+	actMarkFormed    = "MarkFormed"    // record the cluster ID in the EtcdCluster's annotations
+	actRestartMember = "RestartMember" // make a member's Pod again on its volume
+	actDeleteClaim   = "DeleteClaim"
+	actExpandVolume  = "ExpandVolume" // ask for a larger PVC
 )
 
 // annotationClusterID holds, on the EtcdCluster, the ID of the etcd cluster
@@ -165,6 +169,7 @@ type step struct {
 	Member string // Pod and Service name of the member acted on
 	ID     string // its etcd member ID, for Promote, RemoveMember and MoveLeader (the new leader)
 	Image  string // for StartMember, Bootstrap and Upgrade
+	Size   string // for ExpandVolume
 	// Members lists the members Bootstrap creates; InitialCluster is the
 	// --initial-cluster a StartMember Pod gets.
 	Members        []string
@@ -175,7 +180,7 @@ type step struct {
 	Namespace, Cluster, Owner string
 	Create                    []object     // POSTed in order
 	Etcd                      *etcdRequest // sent to the leader's JSON gateway
-	Delete                    string       // "pods" or "services": Member's object is deleted
+	Delete                    string       // "pods", "services" or "persistentvolumeclaims": Member's object is deleted
 	Patch                     *patch       // a PATCH of one object
 
 	// Again asks for another pass after this long even if no event comes:
@@ -231,11 +236,12 @@ func decide(in input, obs observed) (clusterStatus, step) {
 
 // decision is one run of decide: its input and the status it builds.
 type decision struct {
-	in   input
-	obs  observed
-	pods map[string]*podView
-	svcs map[string]bool
-	st   clusterStatus
+	in     input
+	obs    observed
+	pods   map[string]*podView
+	svcs   map[string]bool
+	claims map[string]*claimView
+	st     clusterStatus
 
 	available, progressing, degraded    bool
 	availReason, progReason, degrReason string
@@ -246,9 +252,12 @@ func newDecision(in input, obs observed) *decision {
 	if obs.Etcd.Listed == nil {
 		obs.Etcd.Listed = obs.Etcd.Members
 	}
-	d := &decision{in: in, obs: obs, pods: map[string]*podView{}, svcs: map[string]bool{}}
+	d := &decision{in: in, obs: obs, pods: map[string]*podView{}, svcs: map[string]bool{}, claims: map[string]*claimView{}}
 	for i := range obs.Pods {
 		d.pods[obs.Pods[i].Name] = &obs.Pods[i]
+	}
+	for i := range obs.Claims {
+		d.claims[obs.Claims[i].Name] = &obs.Claims[i]
 	}
 	for _, s := range obs.Services {
 		d.svcs[s] = true
@@ -285,6 +294,7 @@ func (d *decision) operate() step {
 	}
 	for _, r := range []rule{
 		(*decision).repairImages,
+		(*decision).restartOnVolumes,
 		(*decision).needQuorum,
 		(*decision).removeLeftovers,
 		(*decision).createClientService,
@@ -292,6 +302,7 @@ func (d *decision) operate() step {
 		(*decision).replaceLostMembers,
 		(*decision).resize,
 		(*decision).upgrade,
+		(*decision).expandVolumes,
 	} {
 		if s, ok := r(d); ok {
 			return s
@@ -381,7 +392,7 @@ func (d *decision) bootstrap() step {
 func (d *decision) createMissing(names []string) (step, bool) {
 	var missing []string
 	for _, m := range slices.Concat(names, []string{d.clientService()}) {
-		if !d.svcs[m] || m != d.clientService() && d.pods[m] == nil {
+		if !d.svcs[m] || m != d.clientService() && (d.pods[m] == nil || !d.in.Spec.Storage.EmptyDir && d.claims[m] == nil) {
 			missing = append(missing, m)
 		}
 	}
@@ -445,6 +456,11 @@ func (d *decision) bootstrapStep(names []string) step {
 		s.Create = append(s.Create, object{"services", m, plan.memberService(m)})
 	}
 	s.Create = append(s.Create, object{"services", d.clientService(), plan.clientService()})
+	for _, m := range names {
+		if !plan.Storage.EmptyDir {
+			s.Create = append(s.Create, object{"persistentvolumeclaims", m, plan.memberClaim(m)})
+		}
+	}
 	s.News = []notice{{eventNormal, reasonClusterCreated, fmt.Sprintf("creating %d members: %s; clients will use Service %s", len(names), strings.Join(names, ", "), d.clientService()) + d.namesNote()}}
 	peers := make([]peer, len(names))
 	for i, m := range names {
@@ -499,6 +515,11 @@ func (d *decision) markFormed() (step, bool) {
 // can move to from the cluster's version. Restarting a member that is down
 // costs nothing, so this needs no quorum: it may be what brings it back.
 func (d *decision) repairImages() (step, bool) {
+	if d.st.CurrentVersion != "" && d.versionRefused() != "" && d.target() == d.in.Repo+":"+d.in.Spec.Version {
+		// A refused version is never given to a member, and no ready
+		// member shows what the cluster runs: nothing to repair with.
+		return step{}, false
+	}
 	for _, p := range d.obs.Pods {
 		if p.Deleting || p.Image == d.target() || d.imageRuns(p.Image) || !neverPulled(&p) && p.Waiting != "CrashLoopBackOff" {
 			continue
@@ -549,7 +570,7 @@ func (d *decision) removeLeftovers() (step, bool) {
 				step{Action: actDeleteSvc, Member: s, Delete: "services"}), true
 		}
 	}
-	return step{}, false
+	return d.staleClaim(known)
 }
 
 // 4. The client Service, if someone deleted it.
@@ -583,6 +604,8 @@ func (d *decision) learners() (step, bool) {
 				msg = fmt.Sprintf("removing member %s, which never started, for spec.size %d", m.member(), d.in.Spec.Size)
 			}
 			return d.progress(phaseScaling, reasonRemovingMember, msg, d.removeStep(m)), true
+		case p == nil && m.Name == "" && d.claims[m.PeerHost] != nil && d.claims[m.PeerHost].Deleting:
+			return d.wait(d.phaseFor(m.PeerHost), reasonWaitingForClaim, fmt.Sprintf("starting member %s waits for its old volume claim to be gone", m.PeerHost)), true
 		case p == nil && m.Name == "":
 			return d.progress(d.phaseFor(m.PeerHost), reasonStartingMember, fmt.Sprintf("starting member %s (Service and Pod) to join the cluster as a learner", m.PeerHost), d.startStep(m)), true
 		case why != "" && d.withoutOK(m, true):
@@ -693,8 +716,12 @@ func sameMembers(a, b string) bool {
 func (d *decision) startStep(m memberView) step {
 	plan := d.plan(d.image())
 	ic := d.joinList()
+	create := []object{{"services", m.PeerHost, plan.memberService(m.PeerHost)}}
+	if !plan.Storage.EmptyDir {
+		create = append(create, object{"persistentvolumeclaims", m.PeerHost, plan.memberClaim(m.PeerHost)})
+	}
 	return step{Action: actStartMember, Member: m.PeerHost, Image: plan.Image, InitialCluster: ic,
-		Create: []object{{"services", m.PeerHost, plan.memberService(m.PeerHost)}, {"pods", m.PeerHost, plan.joiningPod(m.PeerHost, ic)}},
+		Create: append(create, object{"pods", m.PeerHost, plan.joiningPod(m.PeerHost, ic)}),
 		News:   []notice{{eventNormal, reasonMemberCreated, fmt.Sprintf("created member %s (Pod and Service %s), joining as a learner", m.PeerHost, m.PeerHost)}}}
 }
 
@@ -721,8 +748,13 @@ func (d *decision) replaceLostMembers() (step, bool) {
 
 // lost says why a voter is lost for good, if it is.
 func (d *decision) lost(m memberView) string {
-	p := d.pods[m.member()]
+	p, c := d.pods[m.member()], d.claims[m.member()]
 	switch {
+	case c != nil && c.Deleting:
+		return "its volume claim is being deleted, and its data with it"
+	case d.onVolume(m.member()) && (p == nil || !p.Overdue):
+		// Its Pod comes back on the volume (restartOnVolumes), unless
+		// it is stuck on a node that is gone, with the volume.
 	case p == nil:
 		return "its Pod is gone"
 	case p.Phase == "Failed" || p.Phase == "Succeeded":
@@ -757,6 +789,10 @@ func (d *decision) resize() (step, bool) {
 			// The Pod of a member removed before, being deleted: the new
 			// member takes its name once it is gone.
 			return d.wait(d.phaseFor(name), reasonWaitingForPodDeletion, fmt.Sprintf("adding member %s waits for its old Pod to be gone", name)), true
+		}
+		if d.claims[name] != nil {
+			// A removed member's volume: the new member gets a fresh one.
+			return d.wait(d.phaseFor(name), reasonWaitingForClaim, fmt.Sprintf("adding member %s waits for its old volume claim to be gone", name)), true
 		}
 		s := d.etcdStep(actAddMember, name, "", "/v3/cluster/member/add", map[string]any{"peerURLs": []string{peerURL(name)}, "isLearner": true})
 		s.News = []notice{{eventNormal, reasonMemberAdded, fmt.Sprintf("member %s added to etcd as a learner", name)}}
@@ -851,7 +887,9 @@ func (d *decision) removeStep(m memberView) step {
 
 // plan is the cluster's manifests, with new members running image.
 func (d *decision) plan(image string) clusterPlan {
-	return newClusterPlan(objectMeta{Name: d.in.Name, Namespace: d.in.Namespace, UID: d.in.UID}, image)
+	p := newClusterPlan(objectMeta{Name: d.in.Name, Namespace: d.in.Namespace, UID: d.in.UID}, image)
+	p.Storage = d.in.Spec.Storage
+	return p
 }
 
 func (d *decision) clientService() string { return d.in.Base + "-client" }

@@ -53,6 +53,8 @@ type fakeAPI struct {
 	podStreams  []chan []byte
 	svcHistory  []watchEvent
 	svcStreams  []chan []byte
+	pvcHistory  []watchEvent
+	pvcStreams  []chan []byte
 	// ownedLag holds the Pod and Service events back, as a watch that
 	// falls behind does: the operator's cache then lags its own writes.
 	ownedLag  bool
@@ -81,10 +83,10 @@ func newFakeAPI(t *testing.T) *fakeAPI {
 	t.Cleanup(func() {
 		f.closeStreams()
 		f.mu.Lock()
-		for _, s := range slices.Concat(f.podStreams, f.svcStreams) {
+		for _, s := range slices.Concat(f.podStreams, f.svcStreams, f.pvcStreams) {
 			close(s)
 		}
-		f.podStreams, f.svcStreams = nil, nil
+		f.podStreams, f.svcStreams, f.pvcStreams = nil, nil, nil
 		f.mu.Unlock()
 		f.srv.Close()
 	})
@@ -384,11 +386,13 @@ func (f *fakeAPI) serveRequest(w http.ResponseWriter, r *http.Request, req reque
 		owned = "pods"
 	case r.URL.Path == "/api/v1/services" || len(parts) == 5 && parts[0] == "api" && parts[4] == "services":
 		owned = "services"
+	case r.URL.Path == "/api/v1/persistentvolumeclaims" || len(parts) == 5 && parts[0] == "api" && parts[4] == "persistentvolumeclaims":
+		owned = "persistentvolumeclaims"
 	}
 	switch {
 	case owned != "" && r.Method == "GET" && req.Query.Get("watch") != "":
 		f.serveWatch(w, r, owned, req.Query.Get("resourceVersion"), req.Query.Get("labelSelector"))
-	case (r.URL.Path == "/api/v1/pods" || r.URL.Path == "/api/v1/services") && r.Method == "GET":
+	case r.URL.Path == "/api/v1/"+owned && r.Method == "GET":
 		f.serveCoreList(w, "", owned, req.Query.Get("labelSelector"))
 	case strings.HasPrefix(r.URL.Path, "/apis/coreos.com/v1/"):
 		f.serveClusters(w, r, req, parts[3:])
@@ -512,6 +516,8 @@ func (f *fakeAPI) serveWatch(w http.ResponseWriter, r *http.Request, resource, r
 		history, streams = &f.podHistory, &f.podStreams
 	case "services":
 		history, streams = &f.svcHistory, &f.svcStreams
+	case "persistentvolumeclaims":
+		history, streams = &f.pvcHistory, &f.pvcStreams
 	}
 	if from < f.floor {
 		f.mu.Unlock()
@@ -564,7 +570,7 @@ func (f *fakeAPI) dropStream(streams *[]chan []byte, ch chan []byte) {
 
 // serveCore handles services, pods and events in namespace ns.
 func (f *fakeAPI) serveCore(w http.ResponseWriter, r *http.Request, req request, ns, resource string, rest []string) {
-	if !slices.Contains([]string{"services", "pods", "events"}, resource) {
+	if !slices.Contains([]string{"services", "pods", "events", "persistentvolumeclaims"}, resource) {
 		writeStatus(w, 404, "NotFound", "the server could not find the requested resource")
 		return
 	}
@@ -584,11 +590,31 @@ func (f *fakeAPI) serveCore(w http.ResponseWriter, r *http.Request, req request,
 			writeStatus(w, 404, "NotFound", fmt.Sprintf("%s %q not found", resource, rest[0]))
 			return
 		}
-		if resource == "pods" {
+		switch resource {
+		case "pods":
 			f.deletePodLocked(ns, rest[0])
-		} else {
+		case "persistentvolumeclaims":
+			f.deleteClaimLocked(ns, rest[0])
+		default:
 			f.deleteServiceLocked(key)
 		}
+		w.Write(mustJSON(obj))
+	case r.Method == "PATCH" && len(rest) == 1 && resource == "persistentvolumeclaims":
+		if req.ContentType != "application/merge-patch+json" {
+			writeStatus(w, 415, "UnsupportedMediaType", "the body of the request was in an unknown format")
+			return
+		}
+		obj, ok := f.objects["persistentvolumeclaims/"+ns+"/"+rest[0]]
+		if !ok {
+			writeStatus(w, 404, "NotFound", fmt.Sprintf("persistentvolumeclaims %q not found", rest[0]))
+			return
+		}
+		var p any
+		_ = json.Unmarshal([]byte(req.Body), &p)
+		obj = mergePatch(obj, p)
+		obj["metadata"].(map[string]any)["resourceVersion"] = f.nextRV()
+		f.objects["persistentvolumeclaims/"+ns+"/"+rest[0]] = obj
+		f.emitOwnedLocked(&f.pvcHistory, &f.pvcStreams, "MODIFIED", obj)
 		w.Write(mustJSON(obj))
 	case r.Method == "PATCH" && len(rest) == 1 && resource == "pods":
 		if req.ContentType != "application/strategic-merge-patch+json" {
@@ -662,8 +688,12 @@ func (f *fakeAPI) serveCore(w http.ResponseWriter, r *http.Request, req request,
 			if f.node {
 				f.startPodLocked(ns, obj)
 			}
+		} else if resource == "persistentvolumeclaims" {
+			// Bound at once, as with a provisioner that binds on creation.
+			obj["status"] = map[string]any{"phase": "Bound"}
+			f.emitOwnedLocked(&f.pvcHistory, &f.pvcStreams, "ADDED", obj)
 		} else {
-			f.emitOwnedLocked(&f.svcHistory, f.svcStreams, "ADDED", obj)
+			f.emitOwnedLocked(&f.svcHistory, &f.svcStreams, "ADDED", obj)
 		}
 		w.WriteHeader(201)
 		w.Write(mustJSON(obj))
@@ -760,12 +790,59 @@ func (f *fakeAPI) collectGarbage(ns, uid string) {
 		if objNS != ns || len(owners) == 0 || owners[0].(map[string]any)["uid"] != uid {
 			continue
 		}
-		if resource == "pods" {
+		switch resource {
+		case "pods":
 			f.deletePodLocked(ns, name)
-		} else {
+		case "persistentvolumeclaims":
+			f.deleteClaimLocked(ns, name)
+		default:
 			f.deleteServiceLocked(key)
 		}
 	}
+}
+
+// deleteClaimLocked deletes a PVC as the API server does: one that a Pod
+// still uses gets a deletionTimestamp and stays (the pvc-protection
+// finalizer) until no Pod uses it.
+func (f *fakeAPI) deleteClaimLocked(ns, name string) {
+	key := "persistentvolumeclaims/" + ns + "/" + name
+	obj := f.objects[key]
+	if obj == nil {
+		return
+	}
+	meta := obj["metadata"].(map[string]any)
+	meta["resourceVersion"] = f.nextRV()
+	if f.claimUsedLocked(ns, name) {
+		meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+		f.emitOwnedLocked(&f.pvcHistory, &f.pvcStreams, "MODIFIED", obj)
+		return
+	}
+	delete(f.objects, key)
+	f.emitOwnedLocked(&f.pvcHistory, &f.pvcStreams, "DELETED", obj)
+	f.forgetDataLocked(ns, obj["metadata"].(map[string]any)["labels"].(map[string]any)[labelCluster].(string))
+}
+
+// claimUsedLocked reports whether a Pod in ns mounts PVC name.
+func (f *fakeAPI) claimUsedLocked(ns, name string) bool {
+	for key, pod := range f.objects {
+		if !strings.HasPrefix(key, "pods/"+ns+"/") {
+			continue
+		}
+		vols, _ := pod["spec"].(map[string]any)["volumes"].([]any)
+		for _, v := range vols {
+			if c, ok := v.(map[string]any)["persistentVolumeClaim"].(map[string]any); ok && c["claimName"] == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// deleteClaim deletes a PVC as a user would.
+func (f *fakeAPI) deleteClaim(ns, name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deleteClaimLocked(ns, name)
 }
 
 // deleteServiceLocked deletes a Service at once (Services have no
@@ -774,7 +851,7 @@ func (f *fakeAPI) deleteServiceLocked(key string) {
 	obj := f.objects[key]
 	delete(f.objects, key)
 	obj["metadata"].(map[string]any)["resourceVersion"] = f.nextRV()
-	f.emitOwnedLocked(&f.svcHistory, f.svcStreams, "DELETED", obj)
+	f.emitOwnedLocked(&f.svcHistory, &f.svcStreams, "DELETED", obj)
 }
 
 // deleteService deletes a Service as a user would.
@@ -792,18 +869,14 @@ type heldLine struct {
 
 // emitOwnedLocked records a Pod or Service event and writes it to every
 // watch of its kind, or holds it back while ownedLag is set.
-func (f *fakeAPI) emitOwnedLocked(history *[]watchEvent, streams []chan []byte, typ string, obj map[string]any) {
+func (f *fakeAPI) emitOwnedLocked(history *[]watchEvent, streams *[]chan []byte, typ string, obj map[string]any) {
 	ev := watchEvent{Type: typ, Object: mustJSON(obj)}
 	*history = append(*history, ev)
 	line := append(mustJSON(ev), '\n')
 	if f.ownedLag {
-		target := &f.svcStreams
-		if history == &f.podHistory {
-			target = &f.podStreams
-		}
-		f.ownedHeld = append(f.ownedHeld, heldLine{target, line})
+		f.ownedHeld = append(f.ownedHeld, heldLine{streams, line})
 	} else {
-		for _, s := range streams {
+		for _, s := range *streams {
 			s <- line
 		}
 	}

@@ -196,7 +196,7 @@ func (f *fakeAPI) syncPodsLocked(ns, base string) {
 
 // emitPodLocked records a Pod event and writes it to every Pod watch.
 func (f *fakeAPI) emitPodLocked(typ string, pod map[string]any) {
-	f.emitOwnedLocked(&f.podHistory, f.podStreams, typ, pod)
+	f.emitOwnedLocked(&f.podHistory, &f.podStreams, typ, pod)
 }
 
 // serveEtcdLocked answers a POST to /v3/... through a Pod's proxy.
@@ -349,11 +349,23 @@ func (f *fakeAPI) deletePodLocked(ns, name string) {
 	f.emitPodLocked("DELETED", pod)
 	base := pod["metadata"].(map[string]any)["labels"].(map[string]any)[labelCluster].(string)
 	f.syncPodsLocked(ns, base)
-	// The data was on the Pods' emptyDirs: with the last Pod the etcd
-	// cluster is gone.
+	// A PVC the Pod used, deleted meanwhile, goes now (pvc-protection).
+	for key, obj := range f.objects {
+		if meta := obj["metadata"].(map[string]any); strings.HasPrefix(key, "persistentvolumeclaims/"+ns+"/") && meta["deletionTimestamp"] != nil && !f.claimUsedLocked(ns, meta["name"].(string)) {
+			delete(f.objects, key)
+			meta["resourceVersion"] = f.nextRV()
+			f.emitOwnedLocked(&f.pvcHistory, &f.pvcStreams, "DELETED", obj)
+		}
+	}
+	f.forgetDataLocked(ns, base)
+}
+
+// forgetDataLocked ends an etcd cluster whose data is gone: data on the
+// Pods' emptyDirs goes with them, so with the last Pod and no PVC left.
+func (f *fakeAPI) forgetDataLocked(ns, base string) {
 	for key := range f.objects {
 		labels, _ := f.objects[key]["metadata"].(map[string]any)["labels"].(map[string]any)
-		if strings.HasPrefix(key, "pods/"+ns+"/") && labels[labelCluster] == base {
+		if (strings.HasPrefix(key, "pods/"+ns+"/") || strings.HasPrefix(key, "persistentvolumeclaims/"+ns+"/")) && labels[labelCluster] == base {
 			return
 		}
 	}

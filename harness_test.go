@@ -44,12 +44,12 @@ func newController(f *fakeAPI) *controller {
 // fake does not hold costs one GET (404) when it reads the cluster first,
 // more when it acts on the event's object.
 type loop struct {
-	ctl            *controller
-	clusters       chan event[*EtcdCluster]
-	pods, services chan event[ownedEvent]
-	synced         chan struct{}
-	done           chan struct{}
-	finishOnce     sync.Once
+	ctl                    *controller
+	clusters               chan event[*EtcdCluster]
+	pods, services, claims chan event[ownedEvent]
+	synced                 chan struct{}
+	done                   chan struct{}
+	finishOnce             sync.Once
 }
 
 // startLoop runs newController's loop with one worker.
@@ -58,9 +58,9 @@ func startLoop(t *testing.T, f *fakeAPI) *loop {
 	ctl := newController(f)
 	ctl.cache = newCache()
 	l := &loop{ctl: ctl, clusters: make(chan event[*EtcdCluster]), pods: make(chan event[ownedEvent]),
-		services: make(chan event[ownedEvent]), synced: make(chan struct{}), done: make(chan struct{})}
+		services: make(chan event[ownedEvent]), claims: make(chan event[ownedEvent]), synced: make(chan struct{}), done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { defer close(l.done); ctl.run(ctx, l.clusters, l.pods, l.services, l.synced, 1) }()
+	go func() { defer close(l.done); ctl.run(ctx, l.clusters, l.pods, l.services, l.claims, l.synced, 1) }()
 	t.Cleanup(func() { l.finish(); cancel() })
 	return l
 }
@@ -72,6 +72,7 @@ func (l *loop) finish() {
 		close(l.clusters)
 		close(l.pods)
 		close(l.services)
+		close(l.claims)
 	})
 	<-l.done
 }
@@ -91,10 +92,11 @@ func (l *loop) pod(typ, cluster, name string, ready bool) {
 		OwnerUID: "uid-" + cluster, Pod: &cachedPod{podView: podView{Name: name, Ready: ready}, OwnerUID: "uid-" + cluster}}}
 }
 
-// listed ends the first list of Pods and of Services.
+// listed ends the first list of Pods, Services and PVCs.
 func (l *loop) listed() {
 	l.pods <- event[ownedEvent]{Type: "LISTED"}
 	l.services <- event[ownedEvent]{Type: "LISTED"}
+	l.claims <- event[ownedEvent]{Type: "LISTED"}
 }
 
 // operator is one run of the operator against a fake API server.
@@ -220,9 +222,20 @@ func size(n int) map[string]any { return map[string]any{"size": n} }
 // 3-member cluster named example.
 func startExample(t *testing.T) (*fakeAPI, *operator) {
 	t.Helper()
+	return startExampleWith(t, size(3))
+}
+
+// startExampleWith is startExample with the given spec.
+func startExampleWith(t *testing.T, spec any) (*fakeAPI, *operator) {
+	t.Helper()
 	f := newFakeAPI(t)
-	f.putCluster("default", "example", size(3))
+	f.putCluster("default", "example", spec)
 	return f, startOperator(t, f)
+}
+
+// onEmptyDir is a spec of n members whose data is on emptyDir.
+func onEmptyDir(n int) map[string]any {
+	return map[string]any{"size": n, "storage": map[string]any{"emptyDir": true}}
 }
 
 // idleExample is startExample with an operator that has nothing left to
@@ -238,8 +251,8 @@ func idleExample(t *testing.T) (*fakeAPI, *operator) {
 	f.waitFor("the events of the creation", func() bool { return len(f.events) == 4 })
 	op.stop()
 	op = startOperator(t, f)
-	f.waitFor("the new operator to watch clusters, Pods and Services", func() bool {
-		return len(f.streams) == 1 && len(f.podStreams) == 1 && len(f.svcStreams) == 1
+	f.waitFor("the new operator to watch clusters, Pods, Services and PVCs", func() bool {
+		return len(f.streams) == 1 && len(f.podStreams) == 1 && len(f.svcStreams) == 1 && len(f.pvcStreams) == 1
 	})
 	return f, op
 }

@@ -1,8 +1,9 @@
 // Loop: events in, work out.
 //
-// The control loop reads the three watches (EtcdClusters, member Pods,
-// Services), keeps the cache of the Pods and Services (cache.go) and turns
-// events into work for the queue; it never talks to the API server itself. It is level-based, not edge-based: an event means "look at this
+// The control loop reads the four watches (EtcdClusters, and the member
+// Pods, Services and PVCs the operator made), keeps the cache of the last
+// three (cache.go) and turns events into work for the queue; it never
+// talks to the API server itself. It is level-based, not edge-based: an event means "look at this
 // cluster", never "create a cluster", so the replay of every object after a
 // restart or a relist is harmless. Two things keep it cheap:
 //
@@ -33,7 +34,7 @@ type controller struct {
 	// expect is, by cluster key, what its status says of its member Pods
 	// (" +ready -unready").
 	expect map[string]string
-	// cache holds what the Pod and Service watches said (cache.go); nil
+	// cache holds what the Pod, Service and PVC watches said (cache.go); nil
 	// in a controller built by a test alone, which then lists.
 	cache *cache
 	// backups runs the backup schedule of each cluster with spec.backup
@@ -64,12 +65,12 @@ func (c *controller) forgetDeleted(ec *EtcdCluster) {
 	c.deleted.Store(uidOf(ec), now)
 }
 
-// run is the control loop. Pod and Service events are read only once the
-// first list of clusters is in (synced), so that each Pod is compared with
-// its cluster's status instead of sending every Pod's cluster to work. It
-// returns when the watchers have closed their channels and the workers
-// have finished.
-func (c *controller) run(ctx context.Context, clusters <-chan event[*EtcdCluster], pods, services <-chan event[ownedEvent], synced <-chan struct{}, workers int) {
+// run is the control loop. Pod, Service and PVC events are read only once
+// the first list of clusters is in (synced), so that each Pod is compared
+// with its cluster's status instead of sending every Pod's cluster to
+// work. It returns when the watchers have closed their channels and the
+// workers have finished.
+func (c *controller) run(ctx context.Context, clusters <-chan event[*EtcdCluster], pods, services, claims <-chan event[ownedEvent], synced <-chan struct{}, workers int) {
 	q := newQueue()
 	c.expect = map[string]string{}
 	c.backups = newBackups(ctx, c)
@@ -78,12 +79,12 @@ func (c *controller) run(ctx context.Context, clusters <-chan event[*EtcdCluster
 	for range workers {
 		wg.Go(func() { c.work(ctx, q) })
 	}
-	var podsIn, servicesIn <-chan event[ownedEvent]
+	var podsIn, servicesIn, claimsIn <-chan event[ownedEvent]
 	podsListed := false
-	for clusters != nil || podsIn != nil || servicesIn != nil {
+	for clusters != nil || podsIn != nil || servicesIn != nil || claimsIn != nil {
 		select {
 		case <-synced:
-			podsIn, servicesIn, synced = pods, services, nil
+			podsIn, servicesIn, claimsIn, synced = pods, services, claims, nil
 		case ev, ok := <-clusters:
 			if !ok {
 				clusters = nil
@@ -109,6 +110,12 @@ func (c *controller) run(ctx context.Context, clusters <-chan event[*EtcdCluster
 			if !c.cache.apply("services", ev) {
 				c.serviceEvent(q, ev)
 			}
+		case ev, ok := <-claimsIn:
+			if !ok {
+				claimsIn = nil
+				continue
+			}
+			c.cache.apply("persistentvolumeclaims", ev)
 		}
 	}
 	q.shutdown()

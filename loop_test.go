@@ -152,9 +152,9 @@ func TestNewClusterIsLookedAtOnce(t *testing.T) {
 		method, _, _ := strings.Cut(r, " ")
 		got[method]++
 	}
-	want := map[string]int{"POST": 7, "PATCH": 1}
+	want := map[string]int{"POST": 10, "PATCH": 1}
 	if !maps.Equal(got, want) {
-		t.Errorf("requests about a new cluster of 3 = %v, want %v (4 Services and 3 Pods, one status write, no list: the pass reads the watches' cache); requests:\n%s", got, want, f.requestLog())
+		t.Errorf("requests about a new cluster of 3 = %v, want %v (4 Services, 3 PVCs and 3 Pods, one status write, no list: the pass reads the watches' cache); requests:\n%s", got, want, f.requestLog())
 	}
 }
 

@@ -6,9 +6,9 @@
 //
 //	watch.go -> events channel -> loop.go -> queue.go -> reconcile.go -> API server
 //
-// Three watches (the EtcdClusters users write, the member Pods and Services
-// the operator made) feed the control loop, which keeps what the last two
-// say in a cache (cache.go) and turns events into work; a worker takes a
+// Four watches (the EtcdClusters users write, the member Pods, Services and
+// PVCs the operator made) feed the control loop, which keeps what the last
+// three say in a cache (cache.go) and turns events into work; a worker takes a
 // cluster from the queue and runs a pass: observe what exists
 // (observe.go), decide the one next step (decide.go, a pure function), act
 // (act.go, with the objects of manifests.go) and report (report.go).
@@ -116,14 +116,16 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	log.Info("etcd-operator starting", "apiServer", c.base, "namespace", printable(namespace), "workers", cfg.workers, "qps", cfg.qps)
 
 	clusters, synced := make(chan event[*EtcdCluster]), make(chan struct{})
-	pods, services := make(chan event[ownedEvent]), make(chan event[ownedEvent])
+	pods, services, claims := make(chan event[ownedEvent]), make(chan event[ownedEvent]), make(chan event[ownedEvent])
 	cw := &watcher[*EtcdCluster]{client: c, path: clustersPath(namespace), decode: clusterRV,
 		stall: cfg.watchStall, pageSize: cfg.pageSize, log: log, listed: sync.OnceFunc(func() { close(synced) })}
-	// Only the operator's own Pods and Services: the API server filters
-	// by label.
+	// Only the operator's own Pods, Services and PVCs: the API server
+	// filters by label.
 	pw := &watcher[ownedEvent]{client: c, path: corePath(namespace, "pods"), selector: labelCluster, decode: decodePodEvent,
 		stall: cfg.watchStall, pageSize: cfg.pageSize, log: log, marks: true}
 	sw := &watcher[ownedEvent]{client: c, path: corePath(namespace, "services"), selector: labelCluster, decode: decodeServiceEvent,
+		stall: cfg.watchStall, pageSize: cfg.pageSize, log: log, marks: true}
+	vw := &watcher[ownedEvent]{client: c, path: corePath(namespace, "persistentvolumeclaims"), selector: labelCluster, decode: decodeClaimEvent,
 		stall: cfg.watchStall, pageSize: cfg.pageSize, log: log, marks: true}
 	rec := newRecorder(c, log)
 	ctl := &controller{client: c, log: log, image: cfg.image, events: rec, cache: newCache()}
@@ -132,8 +134,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	wg.Go(func() { cw.run(ctx, clusters) })
 	wg.Go(func() { pw.run(ctx, pods) })
 	wg.Go(func() { sw.run(ctx, services) })
+	wg.Go(func() { vw.run(ctx, claims) })
 	wg.Go(func() { rec.run(ctx) })
-	ctl.run(ctx, clusters, pods, services, synced, cfg.workers)
+	ctl.run(ctx, clusters, pods, services, claims, synced, cfg.workers)
 	wg.Wait()
 	log.Info("etcd-operator stopped")
 	return nil

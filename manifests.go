@@ -73,6 +73,7 @@ var (
 type clusterSpec struct {
 	Size    int
 	Version string
+	Storage storageSpec
 }
 
 // parseSpec decodes and validates a spec. Its errors name the field, since
@@ -84,6 +85,7 @@ func parseSpec(raw json.RawMessage) (clusterSpec, error) {
 	var s struct {
 		Size    json.RawMessage `json:"size"`
 		Version json.RawMessage `json:"version"`
+		Storage json.RawMessage `json:"storage"`
 	}
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return clusterSpec{}, fmt.Errorf("spec must be an object, not %s", excerpt(raw))
@@ -105,7 +107,11 @@ func parseSpec(raw json.RawMessage) (clusterSpec, error) {
 			return clusterSpec{}, fmt.Errorf("spec.version %s is not a valid image tag (for example %s)", excerpt(s.Version), defaultVersion)
 		}
 	}
-	return clusterSpec{Size: size, Version: version}, nil
+	storage, err := parseStorage(s.Storage)
+	if err != nil {
+		return clusterSpec{}, err
+	}
+	return clusterSpec{Size: size, Version: version, Storage: storage}, nil
 }
 
 // excerpt quotes at most 40 bytes of a user's JSON value for a message.
@@ -153,6 +159,7 @@ type clusterPlan struct {
 	ClientService string
 	Token         string
 	Image         string
+	Storage       storageSpec
 	owner         ownerReference
 	namespace     string
 }
@@ -329,7 +336,7 @@ func (p clusterPlan) pod(member, initialCluster, state string) []byte {
 		"metadata":   p.meta(member, member),
 		"spec": map[string]any{
 			// Always, not the 2016 demo's Never: a crashed etcd restarts in
-			// the same Pod with the same emptyDir, so it rejoins with its
+			// the same Pod with the same volume, so it rejoins with its
 			// data. With Never the member would be lost for good, and this
 			// operator would have to replace the member.
 			"restartPolicy": "Always",
@@ -364,7 +371,7 @@ func (p clusterPlan) pod(member, initialCluster, state string) []byte {
 				"livenessProbe":  probe("/livez", 10, 6),
 				"readinessProbe": probe("/readyz", 2, 2),
 			}},
-			"volumes": []map[string]any{{"name": "data", "emptyDir": map[string]any{}}},
+			"volumes": []map[string]any{p.dataVolume(member)},
 		},
 	})
 }

@@ -190,7 +190,7 @@ func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base string) 
 	var pods []cachedPod
 	ok := false
 	if c.cache != nil {
-		pods, obs.Services, ok = c.cache.objects(ctx, ns, ec.Metadata.Name, ec.Metadata.UID, func() {
+		pods, obs.Services, obs.Claims, ok = c.cache.objects(ctx, ns, ec.Metadata.Name, ec.Metadata.UID, func() {
 			c.log.Debug("waiting for the watches to show the operator's last writes", "cluster", ec.key())
 		})
 	}
@@ -199,13 +199,14 @@ func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base string) 
 			c.log.Info("the watches do not show the operator's last writes; listing instead", "cluster", ec.key(), "after", cacheLag)
 		}
 		var err error
-		if pods, obs.Services, err = c.list(ctx, ec, base); err != nil {
+		if pods, obs.Services, obs.Claims, err = c.list(ctx, ec, base); err != nil {
 			return obs, err
 		}
 		c.cache.settle(ns, ec.Metadata.Name)
 	}
 	slices.SortFunc(pods, func(a, b cachedPod) int { return cmp.Compare(a.Name, b.Name) })
 	slices.Sort(obs.Services)
+	slices.SortFunc(obs.Claims, func(a, b claimView) int { return cmp.Compare(a.Name, b.Name) })
 	var running []string
 	now := time.Now()
 	for _, p := range pods {
@@ -219,15 +220,16 @@ func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base string) 
 	return obs, err
 }
 
-// list reads a cluster's member Pods and Services with label-selected
-// LISTs. A Pod or Service of a deleted cluster of the same name may linger
-// until the garbage collector removes it: only this cluster's own count.
-func (c *controller) list(ctx context.Context, ec *EtcdCluster, base string) ([]cachedPod, []string, error) {
+// list reads a cluster's member Pods, Services and PVCs with
+// label-selected LISTs. An object of a deleted cluster of the same name may
+// linger until the garbage collector removes it: only this cluster's own
+// count.
+func (c *controller) list(ctx context.Context, ec *EtcdCluster, base string) ([]cachedPod, []string, []claimView, error) {
 	ns := ec.Metadata.Namespace
 	sel := "?" + url.Values{"labelSelector": {labelCluster + "=" + base}}.Encode()
 	var pods struct{ Items []pod }
 	if err := c.getJSON(ctx, corePath(ns, "pods")+sel, &pods); err != nil {
-		return nil, nil, fmt.Errorf("list pods of %s: %w", ec.key(), err)
+		return nil, nil, nil, fmt.Errorf("list pods of %s: %w", ec.key(), err)
 	}
 	var cached []cachedPod
 	for i := range pods.Items {
@@ -237,7 +239,7 @@ func (c *controller) list(ctx context.Context, ec *EtcdCluster, base string) ([]
 	}
 	var svcs struct{ Items []service }
 	if err := c.getJSON(ctx, corePath(ns, "services")+sel, &svcs); err != nil {
-		return nil, nil, fmt.Errorf("list services of %s: %w", ec.key(), err)
+		return nil, nil, nil, fmt.Errorf("list services of %s: %w", ec.key(), err)
 	}
 	var names []string
 	for _, s := range svcs.Items {
@@ -245,7 +247,17 @@ func (c *controller) list(ctx context.Context, ec *EtcdCluster, base string) ([]
 			names = append(names, s.Metadata.Name)
 		}
 	}
-	return cached, names, nil
+	var pvcs struct{ Items []claim }
+	if err := c.getJSON(ctx, corePath(ns, "persistentvolumeclaims")+sel, &pvcs); err != nil {
+		return nil, nil, nil, fmt.Errorf("list persistentvolumeclaims of %s: %w", ec.key(), err)
+	}
+	var claims []claimView
+	for i := range pvcs.Items {
+		if cl := pvcs.Items[i].cached(); cl.OwnerUID == ec.Metadata.UID {
+			claims = append(claims, cl.claimView)
+		}
+	}
+	return cached, names, claims, nil
 }
 
 // memberStatusAnswer is etcd's answer to /v3/maintenance/status.

@@ -368,17 +368,40 @@ func TestHealthIsReported(t *testing.T) {
 	}
 }
 
-// A deleted member Pod is replaced: removed from etcd, added again as a
-// learner under the same name, started with empty data, promoted.
+// A member Pod deleted on emptyDir takes its data with it: the member is
+// replaced (removed from etcd, added again as a learner under the same
+// name, started with empty data, promoted). With its PVC deleted too, the
+// same, on a fresh PVC.
 func TestDeletedMemberIsReplaced(t *testing.T) {
-	f, _ := startExample(t)
+	for _, tc := range []struct {
+		name   string
+		spec   any
+		delete func(f *fakeAPI)
+	}{
+		{name: "emptyDir", spec: onEmptyDir(3), delete: func(f *fakeAPI) { f.deletePod("default", "example-1") }},
+		{name: "its volume claim deleted, then its Pod", spec: size(3), delete: func(f *fakeAPI) {
+			f.deleteClaim("default", "example-1")
+			f.deletePod("default", "example-1")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testReplaced(t, tc.spec, tc.delete) })
+	}
+}
+
+func testReplaced(t *testing.T, spec any, deleteMember func(f *fakeAPI)) {
+	f, _ := startExampleWith(t, spec)
 	before := waitStatus(f, "example", running(3))
-	f.deletePod("default", "example-1")
+	oldClaim := f.object("persistentvolumeclaims", "default", "example-1")
+	deleteMember(f)
 	st := waitStatus(f, "example", statusCheck{"Running after the replacement", func(st clusterStatus) bool {
 		return running(3).ok(st) && len(f.etcdLog) == 3
 	}})
 	if want := []string{"remove example-1", "add example-1", "promote example-1"}; !slices.Equal(f.membershipLog(), want) {
 		t.Errorf("membership changes = %v, want %v", f.membershipLog(), want)
+	}
+	if newClaim := f.object("persistentvolumeclaims", "default", "example-1"); oldClaim != nil &&
+		(newClaim == nil || newClaim["metadata"].(map[string]any)["uid"] == oldClaim["metadata"].(map[string]any)["uid"]) {
+		t.Errorf("the new member's volume claim = %v, want a fresh one", newClaim)
 	}
 	if st.ClusterID != before.ClusterID {
 		t.Errorf("cluster ID changed: %s -> %s", before.ClusterID, st.ClusterID)
@@ -531,14 +554,16 @@ func TestCrashAtEveryStep(t *testing.T) {
 		size   int
 		served bool
 	}{
-		{name: "resize, request lost", start: func(f *fakeAPI) { f.putCluster("default", "example", size(5)) }, size: 5},
-		{name: "resize, answer lost", start: func(f *fakeAPI) { f.putCluster("default", "example", size(5)) }, size: 5, served: true},
+		{name: "resize, request lost", start: func(f *fakeAPI) { f.putCluster("default", "example", onEmptyDir(5)) }, size: 5},
+		{name: "resize, answer lost", start: func(f *fakeAPI) { f.putCluster("default", "example", onEmptyDir(5)) }, size: 5, served: true},
+		// On emptyDir a deleted Pod's member is replaced (on a volume it
+		// comes back with one create: TestMemberBackOnItsVolume).
 		{name: "replacement, answer lost", start: func(f *fakeAPI) { f.deletePod("default", "example-1") }, size: 3, served: true},
 		{name: "replacement, request lost", start: func(f *fakeAPI) { f.deletePod("default", "example-1") }, size: 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for k := 1; ; k++ {
-				f, op := startExample(t)
+				f, op := startExampleWith(t, onEmptyDir(3))
 				waitStatus(f, "example", running(3))
 				var mu sync.Mutex
 				writes, hung := 0, make(chan struct{})

@@ -177,6 +177,9 @@ type model struct {
 }
 
 func newModel(seed uint64, spec clusterSpec) *model {
+	// The model keeps each member's data on emptyDir, lost with its Pod;
+	// members on PersistentVolumeClaims are not modeled yet.
+	spec.Storage = storageSpec{EmptyDir: true}
 	m := &model{
 		rng:  rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		spec: spec, gen: 1,

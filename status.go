@@ -27,6 +27,7 @@ const (
 	phaseScaling     = "Scaling"     // adding or removing a member for spec.size
 	phaseReplacing   = "Replacing"   // replacing a member whose Pod is gone
 	phaseUpgrading   = "Upgrading"   // rolling to spec.version
+	phaseExpanding   = "Expanding"   // growing the members' volumes to spec.storage.size
 	phaseDegraded    = "Degraded"    // available, but a member is missing or unready
 	phaseUnavailable = "Unavailable" // quorum lost, or every member gone
 	phaseFailed      = "Failed"      // someone has to act: the message says what
@@ -74,15 +75,19 @@ const (
 	reasonRepairingImage        = "RepairingImage"
 	reasonVersionCannotRun      = "VersionCannotRun"
 	reasonPodStuck              = "PodStuck"
+	reasonRestartingMember      = "RestartingMember"
+	reasonWaitingForClaim       = "WaitingForClaimDeletion"
+	reasonExpandingVolume       = "ExpandingVolume"
 
 	// Events only.
-	reasonClusterCreated = "ClusterCreated"
-	reasonMemberCreated  = "MemberCreated"
-	reasonMemberAdded    = "MemberAdded"
-	reasonMemberRemoved  = "MemberRemoved"
-	reasonMemberReplaced = "MemberReplaced"
-	reasonMemberUpgraded = "MemberUpgraded"
-	reasonMemberPromoted = "MemberPromoted"
+	reasonClusterCreated  = "ClusterCreated"
+	reasonMemberCreated   = "MemberCreated"
+	reasonMemberAdded     = "MemberAdded"
+	reasonMemberRemoved   = "MemberRemoved"
+	reasonMemberReplaced  = "MemberReplaced"
+	reasonMemberUpgraded  = "MemberUpgraded"
+	reasonMemberPromoted  = "MemberPromoted"
+	reasonMemberRestarted = "MemberRestarted"
 )
 
 // 11. Nothing to do: Running, or Degraded while the kubelet restarts a
@@ -103,6 +108,9 @@ func (d *decision) steady() step {
 	}
 	d.st.Phase = phaseRunning
 	d.st.Message = fmt.Sprintf("%d members ready, running etcd %s; clients use Service %s", len(d.obs.Etcd.Members), d.st.CurrentVersion, d.clientService()) + d.namesNote()
+	if d.in.Spec.Storage.EmptyDir {
+		d.st.Message += "; data on emptyDir: a member's data goes with its Pod"
+	}
 	d.setDegraded(false, reasonAllMembersReady, "")
 	return step{}
 }
@@ -146,6 +154,10 @@ func (d *decision) unavailable() step {
 		d.setProgressing(false, reasonNoLeader, "no membership change without a leader")
 		d.setDegraded(true, reasonNoLeader, msg)
 		return step{Again: pollAgain}
+	case d.allOnVolumes():
+		reason = reasonQuorumLost
+		msg = fmt.Sprintf("quorum lost: %d of %d voting members answer, %d needed (%s). The members are coming back: their data is safe on their volumes, and each rejoins as itself once it runs again (the kubelet restarts a crashed member; the operator makes a deleted Pod again). Nothing is lost",
+			d.obs.Etcd.AnsweredVoters, size, quorum(size), d.podSummary(d.memberNames()))
 	case len(d.obs.Pods) == 0:
 		reason = reasonDataLost
 		msg = fmt.Sprintf("all %d members are gone and their data with them (emptyDir): etcd cannot recover by itself. Delete this EtcdCluster and create it again, then restore your data from a backup (etcdctl snapshot restore)", size)

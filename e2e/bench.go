@@ -11,6 +11,11 @@ package e2e
 //	memory   RSS idle, and with 10 against many watched clusters (bench_memory.go)
 //	day2     apply, failover, resize, upgrade, steady state; needs the node (bench_day2.go)
 //
+// The control-plane phases (burst, single, restart, memory) make clusters
+// on emptyDir: no node runs their Pods, and what they measure is the
+// operator's requests for the 7 objects of a cluster. Day 2 on the node
+// runs on volumes, as users do.
+//
 // This file is the harness they share: the options, the operator started
 // through the counting proxy (bench_counter.go), the wait for a quiet
 // control plane, and the stopwatch. The loaders are in bench_loader.go, the

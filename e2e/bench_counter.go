@@ -27,7 +27,7 @@ type requestCount struct {
 }
 
 // collections are the resources the operator lists.
-var collections = map[string]bool{"pods": true, "services": true, "etcdclusters": true}
+var collections = map[string]bool{"pods": true, "services": true, "etcdclusters": true, "persistentvolumeclaims": true}
 
 func countRequests(reqs []string) requestCount {
 	var c requestCount

@@ -312,7 +312,36 @@ func (b *bench) day2() error {
 	if err != nil {
 		return err
 	}
-	add("member Pod deleted → Available, 3/3 ready", t0, op, anc, "new member answers /health", wr.end())
+	add("member Pod deleted → Available, 3/3 ready (back on its volume)", t0, op, anc, "the member answers /health again", wr.end())
+
+	// Every member Pod deleted at once: each comes back on its volume as
+	// itself, and the cluster has its quorum again.
+	olds := c.pods()
+	wr = c.startWriter()
+	b.say("day 2: delete every Pod of %s", c.name)
+	t0 = time.Now()
+	for i := range 3 {
+		if code, body, err := b.cp.Do("DELETE", fmt.Sprintf("/api/v1/namespaces/%s/pods/%s-%d", ns, c.name, i), nil, ""); err != nil || code != 200 {
+			return fmt.Errorf("delete pod %s-%d: %d %s %v", c.name, i, code, body, err)
+		}
+	}
+	anc, err = anchor("every member back and answering", func() bool {
+		now := c.pods()
+		for name, uid := range olds {
+			if now[name] == "" || now[name] == uid {
+				return false
+			}
+		}
+		return c.healthy(3, "")
+	})
+	if err != nil {
+		return err
+	}
+	op, err = w.done(t0, 3, notAll(3))
+	if err != nil {
+		return err
+	}
+	add("every member Pod deleted → Available, 3/3 ready", t0, op, anc, "all answer /health again", wr.end())
 
 	for _, step := range []struct {
 		what, spec string

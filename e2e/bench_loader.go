@@ -50,7 +50,7 @@ func (b *bench) loadSame(ns string, p int) (time.Duration, error) {
 // name: its objects, and with status its status write. No read: the
 // operator observes from its watches' cache.
 func sameRequests(cp *ControlPlane, base, ns, name string, objects []map[string]any, status bool) error {
-	uid, err := cp.ApplyCluster(Cluster{Namespace: ns, Name: name, Size: 3, Via: cp.ProxyURL})
+	uid, err := cp.ApplyCluster(Cluster{Namespace: ns, Name: name, Size: 3, EmptyDir: true, Via: cp.ProxyURL})
 	if err != nil {
 		return err
 	}
@@ -78,7 +78,7 @@ func createdStatus(name string) string {
 // createCreatedCluster makes a cluster whose status says nothing is to be
 // done but wait, as after a restart; the operator must leave it alone.
 func createCreatedCluster(cp *ControlPlane, ns, name string) error {
-	if _, err := cp.ApplyCluster(Cluster{Namespace: ns, Name: name, Size: 3, Via: cp.ProxyURL}); err != nil {
+	if _, err := cp.ApplyCluster(Cluster{Namespace: ns, Name: name, Size: 3, EmptyDir: true, Via: cp.ProxyURL}); err != nil {
 		return err
 	}
 	return DoJSON(proxyClient, "PATCH", cp.ProxyURL+"/apis/coreos.com/v1/namespaces/"+ns+"/etcdclusters/"+name+"/status", []byte(createdStatus(name)), 200, nil)
@@ -134,7 +134,7 @@ func ownersIn(cp *ControlPlane, ns string, names []string) (map[string]string, e
 	uids := map[string]string{}
 	var mu sync.Mutex
 	err := parallel(workers, len(names), func(i int) error {
-		uid, err := cp.ApplyCluster(Cluster{Namespace: ns, Name: names[i], Size: 3, Via: cp.ProxyURL})
+		uid, err := cp.ApplyCluster(Cluster{Namespace: ns, Name: names[i], Size: 3, EmptyDir: true, Via: cp.ProxyURL})
 		mu.Lock()
 		uids[names[i]] = uid
 		mu.Unlock()

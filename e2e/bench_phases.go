@@ -94,7 +94,7 @@ func (b *bench) burstOperator(ns string, round int) (time.Duration, error) {
 	b.say("round %d/%d: operator, %d clusters of 3 (%d objects) at once", round+1, b.r.Rounds, len(b.names), b.r.Objects)
 	d, err := timeObjects(b.cp, ns, b.r.Objects, func() error {
 		return parallel(workers, len(b.names), func(i int) error {
-			_, err := b.cp.ApplyCluster(Cluster{Namespace: ns, Name: b.names[i], Size: 3, Via: b.cp.ProxyURL})
+			_, err := b.cp.ApplyCluster(Cluster{Namespace: ns, Name: b.names[i], Size: 3, EmptyDir: true, Via: b.cp.ProxyURL})
 			return err
 		})
 	})
@@ -140,7 +140,7 @@ func (b *bench) single() error {
 		runs := []func() error{
 			func() error {
 				d, err := timeObjects(b.cp, "single", 7, func() error {
-					_, err := b.cp.ApplyCluster(Cluster{Namespace: "single", Name: name, Size: 3, Via: b.cp.ProxyURL})
+					_, err := b.cp.ApplyCluster(Cluster{Namespace: "single", Name: name, Size: 3, EmptyDir: true, Via: b.cp.ProxyURL})
 					return err
 				})
 				ops = append(ops, d)

@@ -24,6 +24,9 @@ type Cluster struct {
 	// Version is spec.version; "" is the CRD's default for a new cluster
 	// and leaves an existing one's as it is.
 	Version string
+	// EmptyDir keeps the members' data on emptyDir (spec.storage.emptyDir),
+	// lost with a Pod; unset, each member has a PersistentVolumeClaim.
+	EmptyDir bool
 	// Via is where the request goes: "" straight to the API server as
 	// admin, as kubectl goes (it works while kubectl proxy is down); a
 	// kubectl proxy URL sends it through the proxy, as the benchmark's
@@ -42,6 +45,9 @@ func (cp *ControlPlane) ApplyCluster(c Cluster) (string, error) {
 	spec := map[string]any{"size": c.Size}
 	if c.Version != "" {
 		spec["version"] = c.Version
+	}
+	if c.EmptyDir {
+		spec["storage"] = map[string]any{"emptyDir": true}
 	}
 	body, err := json.Marshal(map[string]any{
 		"apiVersion": "coreos.com/v1", "kind": "EtcdCluster",

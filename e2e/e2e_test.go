@@ -211,8 +211,24 @@ func TestQuickStart(t *testing.T) {
 	if got := names(svcs); !slices.Equal(got, []string{"example-0", "example-1", "example-2", "example-client"}) {
 		t.Errorf("services = %v", got)
 	}
+	// The quick start's members keep their data on volumes: a claim per
+	// member, of the size the example asks for, mounted by its Pod.
+	claims := listIn(t, ns, "persistentvolumeclaims", ofCluster("example"))
+	if got := names(claims); !slices.Equal(got, []string{"example-0", "example-1", "example-2"}) {
+		t.Errorf("persistentvolumeclaims = %v", got)
+	}
+	for _, c := range claims {
+		if size := fmt.Sprint(c["spec"].(map[string]any)["resources"]); !strings.Contains(size, "storage:1Gi") {
+			t.Errorf("claim %s resources = %s, want 1Gi", c.name(), size)
+		}
+	}
+	for _, p := range pods {
+		if vols := fmt.Sprint(p["spec"].(map[string]any)["volumes"]); !strings.Contains(vols, "claimName:"+p.name()) {
+			t.Errorf("pod %s volumes = %s, want its claim %s", p.name(), vols, p.name())
+		}
+	}
 	const initial = "--initial-cluster=example-0=http://example-0:2380,example-1=http://example-1:2380,example-2=http://example-2:2380"
-	for _, o := range append(pods, svcs...) {
+	for _, o := range slices.Concat(pods, svcs, claims) {
 		refs, _ := o.meta()["ownerReferences"].([]any)
 		if len(refs) != 1 {
 			t.Errorf("%s: ownerReferences = %v", o.name(), refs)
@@ -277,6 +293,8 @@ func TestSchemaRejectsInvalidClusters(t *testing.T) {
 		{"size-eight", `size: 8`, `spec.size: Invalid value: 8: spec.size in body should be less than or equal to 7`},
 		{"size-missing", `version: v3.6.16`, `spec.size: Required value`},
 		{"bad-version", "size: 1\n  version: \"3.6 latest\"", `spec.version in body should match`},
+		{"bad-storage-size", "size: 1\n  storage:\n    size: 8GB", `spec.storage.size in body should match`},
+		{"emptydir-with-size", "size: 1\n  storage:\n    emptyDir: true\n    size: 1Gi", `emptyDir cannot be set with size or storageClassName`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			yaml := fmt.Sprintf("apiVersion: coreos.com/v1\nkind: EtcdCluster\nmetadata:\n  name: %s\n  namespace: %s\nspec:\n  %s\n", tc.name, iso.ns, tc.spec)
@@ -381,8 +399,8 @@ func TestDeleteCluster(t *testing.T) {
 	ns := withOperator(t, "delete").ns
 	applyCluster(t, Cluster{Namespace: ns, Name: "doomed", Size: 3})
 	waitCreated(t, ns, "doomed", 60*time.Second)
-	if n := len(uidsIn(t, ns, "doomed")); n != 7 {
-		t.Fatalf("doomed has %d objects before deletion, want 7", n)
+	if n := len(uidsIn(t, ns, "doomed")); n != 10 {
+		t.Fatalf("doomed has %d objects before deletion, want 10: 4 Services, 3 PVCs, 3 Pods", n)
 	}
 	if _, err := cp.Kubectl("", "delete", "-n", ns, "etcdcluster", "doomed", "--wait=false"); err != nil {
 		t.Fatal(err)
@@ -428,11 +446,11 @@ func TestBenchmarkSmoke(t *testing.T) {
 	t.Logf("\n%s", table.String())
 	// Counts, not times: a small run on a busy machine says nothing about
 	// speed, but every request is the operator's own.
-	// A restart lists and watches, once each, the EtcdClusters, the Pods
-	// and the Services (one page each here), and decides from that: no
-	// other read, no write.
-	if r.Restart.Writes != 0 || r.Restart.Reads != r.Restart.Lists || r.Restart.Lists != 3 || r.Restart.Watches != 3 {
-		t.Errorf("restart over %d clusters: %s, want the three watches' lists and watches only", r.RestartClusters, r.Restart)
+	// A restart lists and watches, once each, the EtcdClusters, the Pods,
+	// the Services and the PVCs (one page each here), and decides from
+	// that: no other read, no write.
+	if r.Restart.Writes != 0 || r.Restart.Reads != r.Restart.Lists || r.Restart.Lists != 4 || r.Restart.Watches != 4 {
+		t.Errorf("restart over %d clusters: %s, want the four watches' lists and watches only", r.RestartClusters, r.Restart)
 	}
 	if r.Steady.All != 0 {
 		t.Errorf("steady state over %d created clusters: %s, want none", r.RestartClusters, r.Steady)
@@ -513,12 +531,12 @@ func (iso *isolated) startOperator(t *testing.T) {
 }
 
 // keptUIDs maps kind/name to uid for kept's objects; it fails unless all
-// seven are there, so that comparing two of them means something.
+// ten are there, so that comparing two of them means something.
 func (iso *isolated) keptUIDs(t *testing.T) map[string]string {
 	t.Helper()
 	m := uidsIn(t, iso.ns, "kept")
-	if len(m) != 7 {
-		t.Fatalf("kept has %d objects, want 3 Pods and 4 Services: %v", len(m), m)
+	if len(m) != 10 {
+		t.Fatalf("kept has %d objects, want 3 Pods, 4 Services and 3 PersistentVolumeClaims: %v", len(m), m)
 	}
 	return m
 }
@@ -530,7 +548,7 @@ func (iso *isolated) keptUIDs(t *testing.T) map[string]string {
 func (iso *isolated) assertOnlyCreated(t *testing.T, cluster string) {
 	t.Helper()
 	reqs, _ := iso.counter.snapshot()
-	var pods, svcs int
+	var pods, svcs, claims int
 	for _, r := range reqs {
 		method, path, _ := strings.Cut(r, " ")
 		path, _, _ = strings.Cut(path, "?")
@@ -540,21 +558,23 @@ func (iso *isolated) assertOnlyCreated(t *testing.T, cluster string) {
 			pods++
 		case method == "POST" && strings.HasSuffix(path, "/services"):
 			svcs++
+		case method == "POST" && strings.HasSuffix(path, "/persistentvolumeclaims"):
+			claims++
 		case method == "POST" && strings.HasSuffix(path, "/events"):
 		case method == "PATCH" && strings.HasSuffix(path, "/etcdclusters/"+cluster+"/status"):
 		default:
 			t.Errorf("unexpected write: %s", r)
 		}
 	}
-	if pods != 1 || svcs != 2 {
-		t.Errorf("the operator POSTed %d Pods and %d Services, want 1 and 2 (those of %s): %v", pods, svcs, cluster, reqs)
+	if pods != 1 || svcs != 2 || claims != 1 {
+		t.Errorf("the operator POSTed %d Pods, %d Services and %d PersistentVolumeClaims, want 1, 2 and 1 (those of %s): %v", pods, svcs, claims, cluster, reqs)
 	}
 }
 
 func uidsIn(t *testing.T, ns, cluster string) map[string]string {
 	t.Helper()
 	m := map[string]string{}
-	for _, r := range []string{"pods", "services"} {
+	for _, r := range []string{"pods", "services", "persistentvolumeclaims"} {
 		for _, o := range listIn(t, ns, r, ofCluster(cluster)) {
 			m[r+"/"+o.name()] = o.uid()
 		}
@@ -598,8 +618,8 @@ func TestAPIServerRestart(t *testing.T) {
 	if after := iso.keptUIDs(t); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("kept's objects changed:\nbefore %v\nafter  %v", before, after)
 	}
-	if n := len(uidsIn(t, iso.ns, "after-restart")); n != 3 {
-		t.Errorf("after-restart has %d objects, want 3", n)
+	if n := len(uidsIn(t, iso.ns, "after-restart")); n != 4 {
+		t.Errorf("after-restart has %d objects, want 4: 2 Services, a PVC and a Pod", n)
 	}
 	iso.assertOnlyCreated(t, "after-restart")
 }
@@ -669,8 +689,8 @@ func TestExpiredResourceVersionRelists(t *testing.T) {
 	if after := iso.keptUIDs(t); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("kept's objects changed:\nbefore %v\nafter  %v", before, after)
 	}
-	if n := len(uidsIn(t, iso.ns, "during-expiry")); n != 3 {
-		t.Errorf("during-expiry has %d objects, want 3", n)
+	if n := len(uidsIn(t, iso.ns, "during-expiry")); n != 4 {
+		t.Errorf("during-expiry has %d objects, want 4: 2 Services, a PVC and a Pod", n)
 	}
 	iso.assertOnlyCreated(t, "during-expiry")
 }

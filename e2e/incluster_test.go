@@ -122,6 +122,12 @@ func TestInCluster(t *testing.T) {
 			change: func(name string) { applyCluster(t, Cluster{Namespace: ns, Name: name, Size: 3, Version: "v3.7.3"}) },
 		},
 		{
+			name: "no create on persistentvolumeclaims", can: "create persistentvolumeclaims",
+			from: "    resources: [persistentvolumeclaims]\n    verbs: [create, get, list, watch, delete, patch]",
+			to:   "    resources: [persistentvolumeclaims]\n    verbs: [get, list, watch, delete, patch]",
+			want: `cannot create resource \"persistentvolumeclaims\"`,
+		},
+		{
 			name: "no update on finalizers", can: "update etcdclusters.coreos.com --subresource=finalizers",
 			from: "    resources: [etcdclusters/finalizers]\n    verbs: [update]",
 			to:   "    resources: [etcdclusters/finalizers]\n    verbs: [get]",

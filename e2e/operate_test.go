@@ -53,15 +53,28 @@ func (s e2eStatus) reason(typ string) string {
 type day2 struct {
 	t        *testing.T
 	ns, name string
+	emptyDir bool
 }
 
 // startDay2 makes a namespace, starts an operator for it and applies a
-// cluster of size members.
+// cluster of size members, each on a PersistentVolumeClaim.
 func startDay2(t *testing.T, ns, name string, size int, version string) *day2 {
+	t.Helper()
+	return startDay2With(t, ns, name, size, version, false)
+}
+
+// startEphemeral is startDay2 with the members' data on emptyDir: a lost
+// Pod is a lost member, which the tests of replacement need.
+func startEphemeral(t *testing.T, ns, name string, size int, version string) *day2 {
+	t.Helper()
+	return startDay2With(t, ns, name, size, version, true)
+}
+
+func startDay2With(t *testing.T, ns, name string, size int, version string, emptyDir bool) *day2 {
 	t.Helper()
 	needNode(t)
 	nodeNamespace(t, ns)
-	d := &day2{t: t, ns: ns, name: name}
+	d := &day2{t: t, ns: ns, name: name, emptyDir: emptyDir}
 	startOperator(t, ns, "")
 	d.apply(size, version)
 	return d
@@ -70,7 +83,7 @@ func startDay2(t *testing.T, ns, name string, size int, version string) *day2 {
 // apply sets the cluster's size and version, making it the first time.
 func (d *day2) apply(size int, version string) {
 	d.t.Helper()
-	applyCluster(d.t, Cluster{Namespace: d.ns, Name: d.name, Size: size, Version: version})
+	applyCluster(d.t, Cluster{Namespace: d.ns, Name: d.name, Size: size, Version: version, EmptyDir: d.emptyDir})
 }
 
 func (d *day2) status() (e2eStatus, int64) {
@@ -468,7 +481,7 @@ func TestResize(t *testing.T) {
 // three deleted at once is quorum lost, said and left alone; one of five
 // deleted while another is unready is replaced alone.
 func TestReplaceMember(t *testing.T) {
-	d := startDay2(t, "replace", "example", 3, "v3.6.16")
+	d := startEphemeral(t, "replace", "example", 3, "v3.6.16")
 	st := d.running(3)
 	id := st.ClusterID
 	if err := d.put("/before", "replace"); err != nil {
@@ -495,7 +508,7 @@ func TestReplaceMember(t *testing.T) {
 	}
 
 	t.Run("one of five while another is unready", func(t *testing.T) {
-		d5 := startDay2(t, "replace5", "five", 5, "v3.6.16")
+		d5 := startEphemeral(t, "replace5", "five", 5, "v3.6.16")
 		d5.running(5)
 		unready := d5.podUID(d5.member(3))
 		d5.signal(d5.member(3), syscall.SIGSTOP)

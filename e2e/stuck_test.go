@@ -36,7 +36,7 @@ func TestNeverStuck(t *testing.T) {
 	// scheduled. Both are removed before a learner is added, and the
 	// learner, held Pending, is waited for; nothing else changes under it.
 	t.Run("two of five lost while new Pods stay Pending", func(t *testing.T) {
-		d := startDay2(t, "stuck-lost", "five", 5, "v3.6.16")
+		d := startEphemeral(t, "stuck-lost", "five", 5, "v3.6.16")
 		d.running(5)
 		if err := d.put("/before", "two-lost"); err != nil {
 			t.Fatal(err)
@@ -58,7 +58,7 @@ func TestNeverStuck(t *testing.T) {
 	// cordoned the learner's Pod stays Pending; deleted there, it is made
 	// again, and the learner joins once the node takes Pods.
 	t.Run("a learner that loses its Pod", func(t *testing.T) {
-		d := startDay2(t, "stuck-learner", "four", 3, "v3.6.16")
+		d := startEphemeral(t, "stuck-learner", "four", 3, "v3.6.16")
 		d.running(3)
 		if err := d.put("/before", "learner"); err != nil {
 			t.Fatal(err)
@@ -87,7 +87,7 @@ func TestNeverStuck(t *testing.T) {
 	// Case 4: a new cluster created with a version no registry has is made
 	// again with the version it is given next.
 	t.Run("a new cluster with a version that does not pull", func(t *testing.T) {
-		d := startDay2(t, "stuck-new", "fresh", 3, "v3.7.99")
+		d := startEphemeral(t, "stuck-new", "fresh", 3, "v3.7.99")
 		err := Eventually(3*time.Minute, "every member Pod waiting for its image", func() (bool, error) {
 			var pods struct {
 				Items []struct {

@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -293,4 +294,151 @@ func waitNotFound(t *testing.T, path string) {
 		out, _ := cp.Kubectl("", "get", "pv,pvc,pods", "-A", "-o", "wide")
 		t.Fatalf("%v\n%s\n%s", err, out, processLog(t, localPathProcess, 0))
 	}
+}
+
+// The operator's members on PersistentVolumeClaims, on the real node, with
+// a key written first and read after each step: a deleted member Pod comes
+// back as the same member; every Pod deleted at once, all come back and
+// the cluster regains its quorum with its data; a claim deleted with its
+// Pod, the member is replaced on a fresh claim; the claims follow a
+// resize; deleting the EtcdCluster deletes them.
+func TestVolumeMembers(t *testing.T) {
+	d := startDay2(t, "volume-members", "example", 3, "v3.6.16")
+	d.running(3)
+	if err := d.put("/before", "volumes"); err != nil {
+		t.Fatal(err)
+	}
+	claimNames := func() []string { return names(listIn(t, d.ns, "persistentvolumeclaims", ofCluster(d.name))) }
+	if got := claimNames(); !slices.Equal(got, d.members(3)) {
+		t.Fatalf("claims %v, want %v", got, d.members(3))
+	}
+	ids := func() map[string]string {
+		out := map[string]string{}
+		for _, m := range d.running(len(d.members(3))).Members {
+			out[m.Name] = m.ID
+		}
+		return out
+	}
+	// back waits until each Pod is a new one and the cluster is Running.
+	back := func(pods []string, old map[string]string) {
+		t.Helper()
+		err := Eventually(3*time.Minute, "new Pods for "+strings.Join(pods, ", "), func() (bool, error) {
+			for _, p := range pods {
+				if uid := d.podUID(p); uid == "" || uid == old[p] {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	uids := func(pods []string) map[string]string {
+		out := map[string]string{}
+		for _, p := range pods {
+			out[p] = d.podUID(p)
+		}
+		return out
+	}
+	check := func(t *testing.T, want map[string]string, what string) {
+		t.Helper()
+		if got := ids(); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: member IDs %v, want %v", what, got, want)
+		}
+		if v := d.get("/before"); v != "volumes" {
+			t.Errorf("%s: the key written first reads %q", what, v)
+		}
+	}
+
+	before := ids()
+	t.Run("a member Pod deleted", func(t *testing.T) {
+		pods := []string{d.member(1)}
+		old := uids(pods)
+		start := time.Now()
+		d.deletePods(pods...)
+		back(pods, old)
+		d.running(3)
+		t.Logf("member Pod deleted -> Running 3/3 in %s", time.Since(start).Round(time.Millisecond))
+		check(t, before, "after a Pod deleted")
+		if n := d.events("MemberAdded") + d.events("MemberReplaced"); n != 0 {
+			t.Errorf("%d MemberAdded/MemberReplaced events, want none: no membership change", n)
+		}
+	})
+	t.Run("every member Pod deleted at once", func(t *testing.T) {
+		seen := d.record()
+		pods := d.members(3)
+		old := uids(pods)
+		start := time.Now()
+		d.deletePods(pods...)
+		back(pods, old)
+		d.wait("Available", 4*time.Minute, func(st e2eStatus) bool { return st.cond("Available") == "True" })
+		t.Logf("every member Pod deleted -> Available in %s", time.Since(start).Round(time.Millisecond))
+		d.running(3)
+		check(t, before, "after every Pod deleted")
+		if seen(func(st e2eStatus) bool { return st.reason("Available") == "DataLost" }) {
+			t.Error("a status on the way said the data was lost")
+		}
+		if !seen(func(st e2eStatus) bool {
+			return strings.Contains(st.Message, "coming back") || st.cond("Available") == "True"
+		}) {
+			t.Error("no status on the way")
+		}
+	})
+	t.Run("a claim deleted with its Pod", func(t *testing.T) {
+		m := d.member(2)
+		oldClaim := getClaimUID(t, d.ns, m)
+		if _, err := cp.Kubectl("", "delete", "pvc", "-n", d.ns, "--wait=false", m); err != nil {
+			t.Fatal(err)
+		}
+		d.deletePods(m)
+		err := Eventually(3*time.Minute, "a MemberReplaced event", func() (bool, error) { return d.events("MemberReplaced") == 1, nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		after := ids()
+		for name, id := range before {
+			if name == m && id == after[name] || name != m && id != after[name] {
+				t.Errorf("member %s: ID %s before, %s after; want only %s's new", name, id, after[name], m)
+			}
+		}
+		if uid := getClaimUID(t, d.ns, m); uid == "" || uid == oldClaim {
+			t.Errorf("claim %s uid %q (was %q), want a fresh claim", m, uid, oldClaim)
+		}
+		if v := d.get("/before"); v != "volumes" {
+			t.Errorf("the key written first reads %q", v)
+		}
+	})
+	t.Run("scale 3 -> 5 -> 3", func(t *testing.T) {
+		for _, n := range []int{5, 3} {
+			d.apply(n, "")
+			d.running(n)
+			err := Eventually(2*time.Minute, fmt.Sprintf("%d claims", n), func() (bool, error) { return slices.Equal(claimNames(), d.members(n)), nil })
+			if err != nil {
+				t.Fatalf("%v: %v", err, claimNames())
+			}
+		}
+		if v := d.get("/before"); v != "volumes" {
+			t.Errorf("the key written first reads %q", v)
+		}
+	})
+	t.Run("the cluster deleted", func(t *testing.T) {
+		if _, err := cp.Kubectl("", "delete", "etcdcluster", "-n", d.ns, "--wait=false", d.name); err != nil {
+			t.Fatal(err)
+		}
+		err := Eventually(2*time.Minute, "no claims left", func() (bool, error) { return len(claimNames()) == 0, nil })
+		if err != nil {
+			t.Fatalf("%v: %v", err, claimNames())
+		}
+	})
+}
+
+// getClaimUID is the uid of PVC name, "" if there is none.
+func getClaimUID(t *testing.T, ns, name string) string {
+	t.Helper()
+	var c struct{ Metadata struct{ UID string } }
+	if err := cp.Get("/api/v1/namespaces/"+ns+"/persistentvolumeclaims/"+name, &c); err != nil {
+		return ""
+	}
+	return c.Metadata.UID
 }

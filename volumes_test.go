@@ -1,0 +1,228 @@
+// Tests of members on PersistentVolumeClaims: spec.storage, and members
+// that come back on their volumes as themselves.
+package main
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParseStorage(t *testing.T) {
+	for _, tc := range []struct {
+		raw     string
+		want    storageSpec
+		wantErr string
+	}{
+		{raw: ``, want: storageSpec{Size: defaultStorageSize}},
+		{raw: `{}`, want: storageSpec{Size: defaultStorageSize}},
+		{raw: `{"size":"20Gi","storageClassName":"fast-ssd"}`, want: storageSpec{Size: "20Gi", Class: "fast-ssd"}},
+		{raw: `{"size":"500M"}`, want: storageSpec{Size: "500M"}},
+		{raw: `{"emptyDir":true}`, want: storageSpec{EmptyDir: true}},
+		{raw: `{"emptyDir":false,"size":"1Gi"}`, want: storageSpec{Size: "1Gi"}},
+		{raw: `{"emptyDir":true,"size":"1Gi"}`, wantErr: "spec.storage.emptyDir cannot be set with spec.storage.size"},
+		{raw: `{"size":"8 GiB"}`, wantErr: `spec.storage.size "8 GiB" is not a quantity`},
+		{raw: `{"size":"1.5Gi"}`, wantErr: `spec.storage.size "1.5Gi" is not a quantity`},
+		{raw: `{"storageClassName":"Fast_SSD"}`, wantErr: `spec.storage.storageClassName "Fast_SSD" is not a valid StorageClass name`},
+		{raw: `"8Gi"`, wantErr: "spec.storage must be an object"},
+	} {
+		got, err := parseStorage(json.RawMessage(tc.raw))
+		switch {
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("parseStorage(%s) = %v, %v; want error %q", tc.raw, got, err, tc.wantErr)
+		case tc.wantErr == "" && (err != nil || got != tc.want):
+			t.Errorf("parseStorage(%s) = %+v, %v; want %+v", tc.raw, got, err, tc.want)
+		}
+	}
+}
+
+func TestBytesOf(t *testing.T) {
+	for q, want := range map[string]int64{"1Gi": 1 << 30, "8Gi": 8 << 30, "500M": 500e6, "1024": 1024, "2Ki": 2048} {
+		if got, ok := bytesOf(q); !ok || got != want {
+			t.Errorf("bytesOf(%q) = %d, %v; want %d", q, got, ok, want)
+		}
+	}
+	for _, q := range []string{"", "Gi", "1.5Gi", "-1Gi", "99999999999999999Ei"} {
+		if _, ok := bytesOf(q); ok {
+			t.Errorf("bytesOf(%q) ok, want refused", q)
+		}
+	}
+}
+
+// A member on a PVC whose Pod is deleted comes back on it as the same
+// member: no membership change. Every member Pod deleted at once: all come
+// back, the cluster regains its quorum, and the status never says the data
+// is lost.
+func TestMemberBackOnItsVolume(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		deleted []string
+	}{
+		{name: "one Pod", deleted: []string{"example-1"}},
+		{name: "every Pod at once", deleted: []string{"example-0", "example-1", "example-2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, _ := startExample(t)
+			waitStatus(f, "example", running(3))
+			ids := f.memberIDs("default", "example")
+			mark := len(f.history)
+			f.mu.Lock()
+			for _, p := range tc.deleted {
+				f.deletePodLocked("default", p)
+			}
+			f.mu.Unlock()
+			f.waitFor("the Pods made again, Running 3/3", func() bool {
+				for _, p := range tc.deleted {
+					if f.objects["pods/default/"+p] == nil {
+						return false
+					}
+				}
+				return running(3).ok(statusOf(f.clusters["default/example"]))
+			})
+			if got := f.memberIDs("default", "example"); !slices.Equal(got, ids) {
+				t.Errorf("member IDs %v, want the same as before, %v", got, ids)
+			}
+			if log := f.membershipLog(); len(log) != 0 {
+				t.Errorf("membership changes %v, want none", log)
+			}
+			f.mu.Lock()
+			for _, ev := range f.history[mark:] {
+				var ec EtcdCluster
+				_ = json.Unmarshal(ev.Object, &ec)
+				st := ec.status()
+				if a, _ := st.condition(condAvailable); a.Reason == reasonDataLost || strings.Contains(st.Message, "data with them") {
+					t.Errorf("a status on the way says %s: %s", st.Phase, st.Message)
+				}
+			}
+			f.mu.Unlock()
+			for _, p := range tc.deleted {
+				cmd := strings.Join(podCommand(f.object("pods", "default", p)), " ")
+				if !strings.Contains(cmd, "--initial-cluster-state=existing") {
+					t.Errorf("Pod %s made again with %s; want state existing", p, cmd)
+				}
+			}
+			f.waitFor("a MemberRestarted event", func() bool {
+				return slices.ContainsFunc(f.events, func(ev map[string]any) bool { return ev["reason"] == reasonMemberRestarted })
+			})
+		})
+	}
+}
+
+// The PVCs follow the size: one per member, a removed member's deleted,
+// and a name reused only with a fresh one.
+func TestVolumesFollowResize(t *testing.T) {
+	f, _ := startExample(t)
+	waitStatus(f, "example", running(3))
+	for _, n := range []int{5, 3} {
+		f.putCluster("default", "example", size(n))
+		waitStatus(f, "example", statusCheck{"Running at " + string(rune('0'+n)), func(st clusterStatus) bool { return running(n).ok(st) && len(st.Members) == n }})
+		f.waitFor("one PVC per member", func() bool {
+			f.mu.Unlock()
+			defer f.mu.Lock()
+			return slices.Equal(f.objectNames("persistentvolumeclaims"), membersOf(n))
+		})
+	}
+}
+
+// memberIDs are the IDs of a cluster's etcd members, sorted.
+func (f *fakeAPI) memberIDs(ns, base string) []uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []uint64
+	for _, m := range f.etcds[ns+"/"+base].Members {
+		ids = append(ids, m.ID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// withClaims gives every member of w a bound PVC of size.
+func withClaims(size string) func(w *world) {
+	return func(w *world) {
+		for _, p := range w.obs.Pods {
+			w.obs.Claims = append(w.obs.Claims, claimView{Name: p.Name, Phase: "Bound", Size: size})
+		}
+	}
+}
+
+// onVolumes is in() with members on 8Gi PVCs.
+func onVolumes(size int) input {
+	i := in(size, "v3.6.16")
+	i.Spec.Storage = storageSpec{Size: defaultStorageSize}
+	return i
+}
+
+// What decide does for members on PVCs: the Pod of a member whose volume
+// is there comes back before anything needs a quorum; a member whose
+// volume goes is replaced; a stale volume is deleted and never reused.
+func TestDecideVolumes(t *testing.T) {
+	claim := func(name string, f func(c *claimView)) func(w *world) {
+		return func(w *world) {
+			for i := range w.obs.Claims {
+				if w.obs.Claims[i].Name == name {
+					f(&w.obs.Claims[i])
+				}
+			}
+		}
+	}
+	grown := onVolumes(3)
+	grown.Spec.Storage.Size = "20Gi"
+	for _, tc := range []struct {
+		name   string
+		in     input
+		obs    observed
+		action string
+		member string
+		phase  string
+		reason string // of Available, if set
+		says   string // in the status message, if set
+	}{
+		{name: "healthy", in: onVolumes(3), obs: newWorld(3).do(withClaims("8Gi")).obs, phase: phaseRunning},
+		{name: "a Pod deleted: made again on its volume", in: onVolumes(3), obs: newWorld(3).do(withClaims("8Gi")).noPod("example-1").obs,
+			action: actRestartMember, member: "example-1", phase: phaseReplacing},
+		{name: "every Pod deleted: the first made again, not data lost", in: onVolumes(3), obs: newWorld(3).do(withClaims("8Gi")).noPod("example-0", "example-1", "example-2").noQuorum().obs,
+			action: actRestartMember, member: "example-0", phase: phaseReplacing},
+		{name: "every Pod back, no quorum yet: coming back", in: onVolumes(3), obs: newWorld(3).do(withClaims("8Gi")).down("example-0", "example-1", "example-2").noQuorum().obs,
+			phase: phaseUnavailable, reason: reasonQuorumLost, says: "The members are coming back"},
+		{name: "a Pod Failed (evicted): deleted, to be made again", in: onVolumes(3),
+			obs:    newWorld(3).do(withClaims("8Gi")).down("example-2").do(func(w *world) { w.pod("example-2").Phase = "Failed" }).obs,
+			action: actDeletePod, member: "example-2", phase: phaseReplacing},
+		{name: "a Pod being deleted: it comes back, nothing removed", in: onVolumes(3),
+			obs:   newWorld(3).do(withClaims("8Gi")).down("example-2").do(func(w *world) { w.pod("example-2").Deleting = true }).obs,
+			phase: phaseDegraded},
+		{name: "a volume claim being deleted: the member is replaced", in: onVolumes(3),
+			obs:    newWorld(3).do(withClaims("8Gi")).do(claim("example-1", func(c *claimView) { c.Deleting = true })).obs,
+			action: actRemoveMember, member: "example-1", phase: phaseReplacing},
+		{name: "a removed member's claim: deleted", in: onVolumes(2), obs: newWorld(2).do(withClaims("8Gi")).do(func(w *world) {
+			w.obs.Claims = append(w.obs.Claims, claimView{Name: "example-2", Phase: "Bound", Size: "8Gi"})
+		}).obs, action: actDeleteClaim, member: "example-2", phase: phaseScaling},
+		{name: "a name whose old claim is going: the new member waits", in: onVolumes(3), obs: newWorld(2).do(withClaims("8Gi")).do(func(w *world) {
+			w.obs.Claims = append(w.obs.Claims, claimView{Name: "example-2", Phase: "Bound", Size: "8Gi", Deleting: true})
+		}).obs, phase: phaseScaling},
+		{name: "a new member gets a volume claim", in: onVolumes(4), obs: newWorld(3).do(withClaims("8Gi")).do(func(w *world) {
+			w.obs.Etcd.Members = append(w.obs.Etcd.Members, memberView{ID: "9", PeerHost: "example-3", Learner: true})
+		}).obs, action: actStartMember, member: "example-3", phase: phaseScaling},
+		{name: "a larger size: the volumes grow", in: grown, obs: newWorld(3).do(withClaims("8Gi")).obs, action: actExpandVolume, member: "example-0", phase: phaseExpanding},
+		{name: "a smaller size: nothing shrinks", in: onVolumes(3), obs: newWorld(3).do(withClaims("20Gi")).obs, phase: phaseRunning},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, s := decide(tc.in, tc.obs)
+			if s.Action != tc.action || s.Member != tc.member || st.Phase != tc.phase {
+				t.Errorf("step %q %q, phase %s (%s); want %q %q, phase %s", s.Action, s.Member, st.Phase, st.Message, tc.action, tc.member, tc.phase)
+			}
+			if a, _ := st.condition(condAvailable); tc.reason != "" && a.Reason != tc.reason {
+				t.Errorf("Available reason %s (%s), want %s", a.Reason, a.Message, tc.reason)
+			}
+			if !strings.Contains(st.Message, tc.says) {
+				t.Errorf("status message %q, want it to say %q", st.Message, tc.says)
+			}
+			if a, _ := st.condition(condAvailable); a.Reason == reasonDataLost {
+				t.Errorf("status says the data is lost: %s", st.Message)
+			}
+			if tc.action == actStartMember && !slices.ContainsFunc(s.Create, func(o object) bool { return o.Resource == "persistentvolumeclaims" && o.Name == tc.member }) {
+				t.Errorf("StartMember creates %v, want a PVC %s among them", s.Create, tc.member)
+			}
+		})
+	}
+}
