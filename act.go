@@ -45,7 +45,7 @@ func (c *controller) act(ctx context.Context, s step) (outcome, error) {
 		return stepDone, nil
 	case s.Patch != nil:
 		if _, err := c.client.do(ctx, http.MethodPatch, s.Patch.Path, s.Patch.Body, s.Patch.ContentType); err != nil {
-			return stepDone, fmt.Errorf("%s %s: %w", strings.ToLower(s.Action), s.Member, err)
+			return stepDone, fmt.Errorf("%s %s: %w", patchFailed[s.Action], s.Member, err)
 		}
 		switch s.Action {
 		case actUpgrade:
@@ -100,6 +100,13 @@ var patched = map[string]string{
 	actUpgrade:      "member image changed; the kubelet restarts it",
 	actMarkFormed:   "cluster ID recorded in the EtcdCluster's annotations",
 	actExpandVolume: "volume claim asked to grow; its StorageClass's provisioner resizes it",
+}
+
+// patchFailed names each PATCH in its error.
+var patchFailed = map[string]string{
+	actUpgrade:      "change the image of member",
+	actMarkFormed:   "record in the EtcdCluster the cluster ID",
+	actExpandVolume: "grow volume claim",
 }
 
 // membershipChange says what each etcd request did, or failed to do.

@@ -515,11 +515,6 @@ func (d *decision) markFormed() (step, bool) {
 // can move to from the cluster's version. Restarting a member that is down
 // costs nothing, so this needs no quorum: it may be what brings it back.
 func (d *decision) repairImages() (step, bool) {
-	if d.st.CurrentVersion != "" && d.versionRefused() != "" && d.target() == d.in.Repo+":"+d.in.Spec.Version {
-		// A refused version is never given to a member, and no ready
-		// member shows what the cluster runs: nothing to repair with.
-		return step{}, false
-	}
 	for _, p := range d.obs.Pods {
 		if p.Deleting || p.Image == d.target() || d.imageRuns(p.Image) || !neverPulled(&p) && p.Waiting != "CrashLoopBackOff" {
 			continue

@@ -540,18 +540,3 @@ func TestCurrentVersion(t *testing.T) {
 		})
 	}
 }
-
-// A member crash-looping while no member is ready is not given a version
-// the cluster refuses (two minors up): nothing shows what the cluster
-// runs, so there is nothing safe to repair it with. (Found by the
-// simulation, seed 2412555: the member was given v3.9.0 and could never
-// start again.)
-func TestRepairNeverGivesARefusedVersion(t *testing.T) {
-	w := newWorld(1).down("example-0").noQuorum()
-	w.pod("example-0").Waiting = "CrashLoopBackOff"
-	i := in(1, "v3.9.0")
-	i.Prev.CurrentVersion = "3.7.3"
-	if _, s := decide(i, w.obs); s.Action == actUpgrade {
-		t.Errorf("step %s %s to %s; want no image change to a refused version", s.Action, s.Member, s.Image)
-	}
-}
