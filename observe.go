@@ -79,8 +79,11 @@ func (p *pod) ready() bool {
 }
 
 // owner is the name of the EtcdCluster that controls the Pod, if any.
-func (p *pod) owner() (name, uid string) {
-	for _, o := range p.Metadata.OwnerReferences {
+func (p *pod) owner() (name, uid string) { return ownerOf(p.Metadata.OwnerReferences) }
+
+// ownerOf is the EtcdCluster among an object's controlling owners, if any.
+func ownerOf(refs []ownerReference) (name, uid string) {
+	for _, o := range refs {
 		if o.Controller && o.Kind == kind && strings.HasPrefix(o.APIVersion, group+"/") {
 			return o.Name, o.UID
 		}
@@ -153,14 +156,7 @@ type service struct {
 }
 
 // owner is the EtcdCluster that controls the Service, if any.
-func (s *service) owner() (name, uid string) {
-	for _, o := range s.Metadata.OwnerReferences {
-		if o.Controller && o.Kind == kind && strings.HasPrefix(o.APIVersion, group+"/") {
-			return o.Name, o.UID
-		}
-	}
-	return "", ""
-}
+func (s *service) owner() (name, uid string) { return ownerOf(s.Metadata.OwnerReferences) }
 
 // decodeServiceEvent is the Service watcher's decode function.
 func decodeServiceEvent(raw json.RawMessage) (ownedEvent, string, error) {

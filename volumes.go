@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
-	"strings"
 )
 
 // defaultStorageSize is a member's volume when spec.storage.size is not
@@ -160,16 +159,6 @@ func decodeClaimEvent(raw json.RawMessage) (ownedEvent, string, error) {
 	return ownedEvent{Namespace: c.Metadata.Namespace, Name: c.Metadata.Name, Cluster: cluster, OwnerUID: uid, Claim: c.cached()}, c.Metadata.ResourceVersion, nil
 }
 
-// ownerOf is the EtcdCluster among an object's controlling owners, if any.
-func ownerOf(refs []ownerReference) (name, uid string) {
-	for _, o := range refs {
-		if o.Controller && o.Kind == kind && strings.HasPrefix(o.APIVersion, group+"/") {
-			return o.Name, o.UID
-		}
-	}
-	return "", ""
-}
-
 // onVolume reports whether member m keeps its data on a PVC that is there
 // to come back to.
 func (d *decision) onVolume(m string) bool {
@@ -209,30 +198,24 @@ func (d *decision) restartOnVolumes() (step, bool) {
 // etcd's member list if a member answered, else the last status's, else
 // the members whose PVCs exist; with the --initial-cluster for their Pods.
 func (d *decision) lastMembers() ([]string, string) {
-	var names []string
+	var peers []peer
 	switch {
 	case d.obs.Etcd.Listed != nil:
 		for _, m := range d.obs.Etcd.Listed {
-			names = append(names, m.member())
+			peers = append(peers, peer{m.member(), m.PeerHost})
 		}
 	case len(d.in.Prev.Members) > 0:
 		for _, m := range d.in.Prev.Members {
-			names = append(names, m.Name)
+			peers = append(peers, peer{m.Name, m.Name})
 		}
 	default:
 		for _, c := range d.obs.Claims {
-			names = append(names, c.Name)
+			peers = append(peers, peer{c.Name, c.Name})
 		}
 	}
-	peers := make([]peer, len(names))
-	for i, m := range names {
-		peers[i] = peer{m, m}
-	}
-	if d.obs.Etcd.Listed != nil {
-		peers = peers[:0]
-		for _, o := range d.obs.Etcd.Listed {
-			peers = append(peers, peer{o.member(), o.PeerHost})
-		}
+	names := make([]string, len(peers))
+	for i, p := range peers {
+		names[i] = p.Name
 	}
 	return names, initialCluster(peers)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -109,6 +110,46 @@ func TestMemberBackOnItsVolume(t *testing.T) {
 	}
 }
 
+// The operator killed while every member comes back on its volume: the
+// next one finishes the job, with the same members.
+func TestKilledWhileMembersComeBack(t *testing.T) {
+	f, op := startExample(t)
+	waitStatus(f, "example", running(3))
+	ids := f.memberIDs("default", "example")
+	hung := make(chan struct{})
+	var once sync.Once
+	f.setFault(func(r request) (int, string, string) {
+		if r.Method == "POST" && r.Path == "/api/v1/namespaces/default/pods" && f.countExact("POST", r.Path) >= 2 {
+			once.Do(func() { close(hung) })
+			<-r.Ctx.Done() // the second Pod's create never returns
+		}
+		return 0, "", ""
+	})
+	f.mu.Lock()
+	for _, p := range membersOf(3) {
+		f.deletePodLocked("default", p)
+	}
+	f.mu.Unlock()
+	<-hung
+	op.stop()
+	f.setFault(nil)
+	startOperator(t, f)
+	f.waitFor("the Pods made again, Running 3/3", func() bool {
+		for _, p := range membersOf(3) {
+			if f.objects["pods/default/"+p] == nil {
+				return false
+			}
+		}
+		return running(3).ok(statusOf(f.clusters["default/example"]))
+	})
+	if got := f.memberIDs("default", "example"); !slices.Equal(got, ids) {
+		t.Errorf("member IDs %v, want %v", got, ids)
+	}
+	if log := f.membershipLog(); len(log) != 0 {
+		t.Errorf("membership changes %v, want none", log)
+	}
+}
+
 // The PVCs follow the size: one per member, a removed member's deleted,
 // and a name reused only with a fresh one.
 func TestVolumesFollowResize(t *testing.T) {
@@ -183,6 +224,10 @@ func TestDecideVolumes(t *testing.T) {
 			action: actRestartMember, member: "example-1", phase: phaseReplacing},
 		{name: "every Pod deleted: the first made again, not data lost", in: onVolumes(3), obs: newWorld(3).do(withClaims("8Gi")).noPod("example-0", "example-1", "example-2").noQuorum().obs,
 			action: actRestartMember, member: "example-0", phase: phaseReplacing},
+		{name: "every Pod deleted and one claim going: the others come back first", in: onVolumes(3),
+			obs: newWorld(3).do(withClaims("8Gi")).noPod("example-0", "example-1", "example-2").noQuorum().
+				do(claim("example-0", func(c *claimView) { c.Deleting = true })).obs,
+			action: actRestartMember, member: "example-1", phase: phaseReplacing},
 		{name: "every Pod back, no quorum yet: coming back", in: onVolumes(3), obs: newWorld(3).do(withClaims("8Gi")).down("example-0", "example-1", "example-2").noQuorum().obs,
 			phase: phaseUnavailable, reason: reasonQuorumLost, says: "The members are coming back"},
 		{name: "a Pod Failed (evicted): deleted, to be made again", in: onVolumes(3),
