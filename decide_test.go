@@ -264,6 +264,9 @@ func TestDecide(t *testing.T) {
 				p.Image, p.Waiting = repo+":v3.7.9", "ImagePullBackOff"
 			}).down("example-1").obs,
 			action: actUpgrade, member: "example-1"},
+		{name: "with no member ready, repair gives a crash-looping member the cluster's version, not a refused one", in: in(3, "v3.8.0"),
+			obs:   newWorld(3).do(func(w *world) { w.pod("example-0").Waiting = "CrashLoopBackOff" }).down("example-0", "example-1", "example-2").noQuorum().obs,
+			phase: phaseUnavailable, msg: "quorum lost"},
 		{name: "a cluster of two is not upgraded: a restart would cost its quorum", in: in(2, "v3.7.3"), obs: newWorld(2).obs,
 			phase: phaseRunning, conds: "TFF", msg: "a cluster of 2 voting members loses its quorum while one of them restarts"},
 		{name: "a skipped minor version is refused", in: in(3, "v3.8.0"), obs: newWorld(3).obs,

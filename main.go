@@ -52,7 +52,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.burst, "burst", 100, "requests allowed at once above -qps")
 	fs.DurationVar(&cfg.requestTimeout, "request-timeout", 30*time.Second, "timeout of each API request (watches excepted)")
 	fs.DurationVar(&cfg.watchStall, "watch-stall", 5*time.Minute, "a watch silent for this long is dropped and re-established")
-	fs.IntVar(&cfg.pageSize, "page-size", 100, "EtcdClusters per page when listing")
+	fs.IntVar(&cfg.pageSize, "page-size", 100, "objects per page when a watch lists (EtcdClusters, member Pods, Services, PVCs)")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "etcd-operator creates an etcd cluster for each EtcdCluster object.\n\nUsage: etcd-operator [flags]\n\nFlags:\n")

@@ -204,16 +204,27 @@ func imageVersion(image string) string {
 }
 
 // target is the image the cluster is to run: spec.version, unless that
-// version is refused, when it is what the cluster runs.
+// version is refused, when it is what the cluster runs: a ready member's
+// image, else (no member ready) the image of one that pulled and runs the
+// cluster's minor version, else that version's own tag. A member repaired
+// while none answers then never gets a version etcd would refuse.
 func (d *decision) target() string {
-	if d.st.CurrentVersion != "" && d.versionRefused() != "" {
-		for _, p := range d.obs.Pods {
-			if p.Ready {
-				return p.Image
-			}
+	spec := d.in.Repo + ":" + d.in.Spec.Version
+	cur := d.st.CurrentVersion
+	if cur == "" || d.versionRefused() == "" {
+		return spec
+	}
+	for _, p := range d.obs.Pods {
+		if p.Ready {
+			return p.Image
 		}
 	}
-	return d.in.Repo + ":" + d.in.Spec.Version
+	for _, p := range d.obs.Pods {
+		if v := imageVersion(p.Image); !p.Deleting && !neverPulled(&p) && isVersion(v) && !minorLess(v, cur) && !minorLess(cur, v) {
+			return p.Image
+		}
+	}
+	return d.in.Repo + ":v" + cur
 }
 
 // parseVersion reads v3.6.16 or 3.6.16.

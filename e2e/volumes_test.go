@@ -422,6 +422,35 @@ func TestVolumeMembers(t *testing.T) {
 			t.Errorf("the key written first reads %q", v)
 		}
 	})
+	t.Run("a larger size the StorageClass cannot give", func(t *testing.T) {
+		// local-path's class does not allow volume expansion: the API
+		// server refuses the claim's patch, and the status says why while
+		// the cluster keeps serving.
+		setSize := func(size string) {
+			t.Helper()
+			body := `{"spec":{"storage":{"size":` + size + `}}}`
+			if _, err := cp.Kubectl("", "patch", "etcdcluster", "-n", d.ns, d.name, "--type=merge", "-p", body); err != nil {
+				t.Fatal(err)
+			}
+		}
+		setSize(`"16Gi"`)
+		st := d.wait("the expansion refused", 2*time.Minute, func(st e2eStatus) bool {
+			return strings.Contains(st.Message, "expanding volume") && strings.Contains(st.Message, "must support resize")
+		})
+		if st.cond("Available") != "True" {
+			t.Errorf("Available %s while the expansion is refused, want True: %+v", st.cond("Available"), st)
+		}
+		for _, m := range claimNames() {
+			if size := claimRequest(t, d.ns, m); size != "8Gi" {
+				t.Errorf("claim %s asks for %s, want 8Gi as before", m, size)
+			}
+		}
+		setSize("null")
+		d.running(3)
+		if v := d.get("/before"); v != "volumes" {
+			t.Errorf("the key written first reads %q", v)
+		}
+	})
 	t.Run("the cluster deleted", func(t *testing.T) {
 		if _, err := cp.Kubectl("", "delete", "etcdcluster", "-n", d.ns, "--wait=false", d.name); err != nil {
 			t.Fatal(err)
@@ -431,6 +460,20 @@ func TestVolumeMembers(t *testing.T) {
 			t.Fatalf("%v: %v", err, claimNames())
 		}
 	})
+}
+
+// claimRequest is the storage PVC name asks for.
+func claimRequest(t *testing.T, ns, name string) string {
+	t.Helper()
+	var c struct {
+		Spec struct {
+			Resources struct{ Requests map[string]string }
+		}
+	}
+	if err := cp.Get("/api/v1/namespaces/"+ns+"/persistentvolumeclaims/"+name, &c); err != nil {
+		t.Fatal(err)
+	}
+	return c.Spec.Resources.Requests["storage"]
 }
 
 // getClaimUID is the uid of PVC name, "" if there is none.
