@@ -21,6 +21,7 @@ package main
 
 import (
 	"context"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -99,6 +100,11 @@ func newCache() *cache {
 	return &cache{changed: make(chan struct{}), listed: map[string]bool{}, epoch: map[string]uint32{}, clusters: map[string]*owned{}}
 }
 
+// synced reports whether each watch has listed once.
+func (c *cache) synced() bool {
+	return c.listed["pods"] && c.listed["services"] && c.listed["persistentvolumeclaims"]
+}
+
 func (c *cache) notify() {
 	close(c.changed)
 	c.changed = make(chan struct{})
@@ -125,7 +131,15 @@ func (c *cache) apply(resource string, ev event[ownedEvent]) (awaited bool) {
 		return false
 	case "LISTED":
 		c.sweep(resource)
+		first := !c.synced()
 		c.listed[resource] = true
+		if first && c.synced() {
+			// The first lists are in, and their pages are garbage: hand
+			// the memory back now (not under the lock). A restart over
+			// settled clusters runs no burst of passes that would
+			// (queue.go).
+			go debug.FreeOSMemory()
+		}
 		return false
 	}
 	e := ev.Object
@@ -261,7 +275,7 @@ func (c *cache) objects(ctx context.Context, ns, cluster, uid string, waiting fu
 	for {
 		c.mu.Lock()
 		o := c.clusters[key]
-		if c.listed["pods"] && c.listed["services"] && c.listed["persistentvolumeclaims"] && (o == nil || len(o.expect) == 0) {
+		if c.synced() && (o == nil || len(o.expect) == 0) {
 			if o != nil {
 				for _, p := range o.pods {
 					if p.OwnerUID == uid {

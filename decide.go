@@ -461,16 +461,15 @@ func (d *decision) bootstrapStep(names []string) step {
 			s.Create = append(s.Create, object{"persistentvolumeclaims", m, plan.memberClaim(m)})
 		}
 	}
-	s.News = []notice{{eventNormal, reasonClusterCreated, fmt.Sprintf("creating %d members: %s; clients will use Service %s", len(names), strings.Join(names, ", "), d.clientService()) + d.namesNote()}}
+	// One Event for the cluster, not one per member: a burst of new
+	// clusters costs the API server their objects, not four Events each.
+	s.News = []notice{{eventNormal, reasonClusterCreated, fmt.Sprintf("creating %d members (a Pod and a Service each): %s; clients will use Service %s", len(names), strings.Join(names, ", "), d.clientService()) + d.namesNote()}}
 	peers := make([]peer, len(names))
 	for i, m := range names {
 		peers[i] = peer{m, m}
 	}
 	for _, m := range names {
 		s.Create = append(s.Create, object{"pods", m, plan.memberPod(m, initialCluster(peers))})
-		if d.pods[m] == nil {
-			s.News = append(s.News, notice{eventNormal, reasonMemberCreated, fmt.Sprintf("created member %s (Pod and Service %s)", m, m)})
-		}
 	}
 	return s
 }

@@ -341,6 +341,17 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// A new cluster is one Event, which names its members: a burst of new
+// clusters costs the API server their objects, not an Event per member.
+func TestBootstrapNews(t *testing.T) {
+	fresh := in(3, "v3.6.16")
+	fresh.Prev, fresh.FormedID = clusterStatus{}, ""
+	_, s := decide(fresh, observed{})
+	if len(s.News) != 1 || s.News[0].Reason != reasonClusterCreated || !strings.Contains(s.News[0].Message, "example-0, example-1, example-2") {
+		t.Errorf("bootstrap news = %+v, want one %s naming the members", s.News, reasonClusterCreated)
+	}
+}
+
 // Never stuck: the states that faults which overlap can reach, each of
 // which decide once left for good (issue 22's cases), and the step that
 // leads out of it.

@@ -248,7 +248,7 @@ func idleExample(t *testing.T) (*fakeAPI, *operator) {
 	t.Helper()
 	f, op := startExample(t)
 	waitStatus(f, "example", inPhase(phaseRunning))
-	f.waitFor("the events of the creation", func() bool { return len(f.events) == 4 })
+	f.waitFor("the event of the creation", func() bool { return len(f.events) == 1 })
 	op.stop()
 	op = startOperator(t, f)
 	f.waitFor("the new operator to watch clusters, Pods, Services and PVCs", func() bool {

@@ -269,7 +269,7 @@ func TestLaggingWatchCausesNoRework(t *testing.T) {
 	f.waitFor("the watch", func() bool { return len(f.streams) == 1 })
 	f.putCluster("default", "example", size(3))
 	waitStatus(f, "example", progressing("WaitingForMembers"))
-	f.waitFor("the events of the creation", func() bool { return len(f.events) == 4 })
+	f.waitFor("the event of the creation", func() bool { return len(f.events) == 1 })
 	mark := f.requestCount()
 	f.catchUp()
 	f.putCluster("default", "marker", size(1))

@@ -274,7 +274,7 @@ func TestQuickStart(t *testing.T) {
 	}
 	err = Eventually(30*time.Second, "events about example", func() (bool, error) {
 		out, err = cp.Kubectl("", "describe", "-n", ns, "etcdcluster", "example")
-		return strings.Contains(out, "ClusterCreated") && strings.Contains(out, "MemberCreated"), err
+		return strings.Contains(out, "ClusterCreated") && strings.Contains(out, "example-0, example-1, example-2"), err
 	})
 	if err != nil {
 		t.Errorf("%v; kubectl describe:\n%s", err, out)
@@ -457,6 +457,9 @@ func TestBenchmarkSmoke(t *testing.T) {
 	}
 	if want := r.Objects + r.Objects/7; r.BurstRequests.Writes-r.BurstRequests.Events != want {
 		t.Errorf("the burst's writes but Events = %d, want %d: each cluster's 7 objects and one status write", r.BurstRequests.Writes-r.BurstRequests.Events, want)
+	}
+	if want := r.Objects / 7; r.BurstRequests.Events != want {
+		t.Errorf("the burst's Events = %d, want %d: one for each new cluster", r.BurstRequests.Events, want)
 	}
 	if !slices.Equal(r.First, []string{"operator", "objects"}) {
 		t.Errorf("first side per round = %v, want the operator, then the objects loader", r.First)

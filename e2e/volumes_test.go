@@ -437,6 +437,7 @@ func TestVolumeMembers(t *testing.T) {
 		st := d.wait("the expansion refused", 2*time.Minute, func(st e2eStatus) bool {
 			return strings.Contains(st.Message, "expanding volume") && strings.Contains(st.Message, "must support resize")
 		})
+		t.Logf("status: %s: %s", st.Phase, st.Message)
 		if st.cond("Available") != "True" {
 			t.Errorf("Available %s while the expansion is refused, want True: %+v", st.cond("Available"), st)
 		}
