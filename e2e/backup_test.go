@@ -16,10 +16,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -269,6 +271,144 @@ func TestBackupCluster(t *testing.T) {
 	if err != nil {
 		objs, _ := s.listed(t, prefix)
 		t.Errorf("%v: %v", err, objs)
+	}
+}
+
+// The operator killed (SIGKILL) in the middle of an upload, slowed
+// down by a throttling proxy so that there is a middle: the bucket has no
+// object that looks complete and lost none; the next operator aborts the
+// upload left open, makes the backup asked for, and retention keeps 3.
+func TestBackupKilledDuringUpload(t *testing.T) {
+	ns := "backup-killed"
+	d := startDay2(t, ns, "example", 3, "")
+	s := startS3(t, "versitygw-"+ns)
+	d.running(3)
+	d.writeKeys(10000)
+	d.secret("s3", map[string]string{"accessKeyID": s.AccessKey, "secretAccessKey": s.SecretKey})
+	prefix := "e2e/" + ns + "/example/"
+	base := map[string]any{"endpoint": s.URL, "bucket": "backups", "prefix": "e2e", "credentialsSecret": "s3"}
+	for _, now := range []string{"first", "second"} {
+		d.setBackup(map[string]any{"s3": base, "keep": 2, "now": now})
+		d.waitBackup(now)
+	}
+	before, ok := s.listed(t, prefix)
+	if !ok {
+		t.Skip("no aws CLI to look at the bucket with")
+	}
+	if len(before) != 2 {
+		t.Fatalf("before the kill: %v, want 2 backups", before)
+	}
+
+	slow := throttle(t, strings.TrimPrefix(s.URL, "http://"), 1<<20)
+	d.setBackup(map[string]any{"s3": map[string]any{"endpoint": slow, "bucket": "backups", "prefix": "e2e", "credentialsSecret": "s3"}, "keep": 2, "now": "killed"})
+	if err := Eventually(2*time.Minute, "an upload under way", func() (bool, error) { return len(s.uploads(t, prefix)) > 0, nil }); err != nil {
+		t.Fatal(err)
+	}
+	cp.KillProcess(operatorName(ns))
+	if after, _ := s.listed(t, prefix); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("after the kill the bucket holds %v, want what it held before, %v", after, before)
+	}
+	if n := len(s.uploads(t, prefix)); n != 1 {
+		t.Errorf("%d uploads open after the kill, want the killed one", n)
+	}
+
+	startOperator(t, ns, "")
+	killed := d.waitBackup("killed")
+	after, _ := s.listed(t, prefix)
+	if _, ok := after[killed.Key]; len(after) != 2 || !ok {
+		t.Errorf("after the next try: %v, want 2 backups, the newest %s", after, killed.Key)
+	}
+	if ups := s.uploads(t, prefix); len(ups) != 0 {
+		t.Errorf("uploads still open: %v", ups)
+	}
+	if obj, ok := s.download(t, killed.Key); ok {
+		if sum := sha256.Sum256(obj); hex.EncodeToString(sum[:]) != killed.SHA256 || int64(len(obj)) != killed.Size {
+			t.Errorf("the object (%d bytes) is not the backup recorded: %+v", len(obj), killed)
+		}
+	}
+}
+
+// uploads is what the aws CLI lists of the multipart uploads open under
+// prefix: their keys.
+func (s *S3Server) uploads(t *testing.T, prefix string) []string {
+	t.Helper()
+	out, ok := s.aws(t, "s3api", "list-multipart-uploads", "--bucket", "backups", "--prefix", prefix, "--output", "json")
+	if !ok {
+		return nil
+	}
+	var l struct{ Uploads []struct{ Key string } }
+	if out != "" {
+		if err := json.Unmarshal([]byte(out), &l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var keys []string
+	for _, u := range l.Uploads {
+		keys = append(keys, u.Key)
+	}
+	return keys
+}
+
+// throttle forwards TCP connections to target at about rate bytes a
+// second each way, and returns its URL: an upload through it lasts long
+// enough to be cut. A TCP relay leaves the Host header, and so SigV4
+// signatures, as the client made them.
+func throttle(t *testing.T, target string, rate int) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, u)
+			mu.Unlock()
+			go paced(u, c, rate)
+			go paced(c, u, rate)
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+// paced copies src to dst at about rate bytes a second, then closes dst.
+func paced(dst, src net.Conn, rate int) {
+	defer dst.Close()
+	buf := make([]byte, 16<<10)
+	start, sent := time.Now(), 0
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+			sent += n
+			// Pacing, not waiting for anything: the bytes so far may
+			// take sent/rate seconds.
+			time.Sleep(time.Until(start.Add(time.Duration(sent) * time.Second / time.Duration(rate))))
+		}
+		if err != nil {
+			return
+		}
 	}
 }
 

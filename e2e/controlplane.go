@@ -560,6 +560,19 @@ func (cp *ControlPlane) StopProcess(name string, grace time.Duration) {
 	}
 }
 
+// KillProcess kills a process at once (SIGKILL to its process group), as
+// a lost node or the OOM killer would: it gets no chance to clean up.
+func (cp *ControlPlane) KillProcess(name string) {
+	cp.mu.Lock()
+	p := cp.procs[name]
+	delete(cp.procs, name)
+	cp.mu.Unlock()
+	if p != nil {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
 // Stop stops a process: SIGTERM, then SIGKILL to its process group.
 func (p *Process) Stop(grace time.Duration) {
 	select {
