@@ -242,6 +242,9 @@ type decision struct {
 	svcs   map[string]bool
 	claims map[string]*claimView
 	st     clusterStatus
+	// versionBehind: every member runs a newer minor version than etcd's
+	// cluster version, which etcd raises by itself within seconds.
+	versionBehind bool
 
 	available, progressing, degraded    bool
 	availReason, progReason, degrReason string

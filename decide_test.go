@@ -553,4 +553,21 @@ func TestCurrentVersion(t *testing.T) {
 			}
 		})
 	}
+	// Every member upgraded, before etcd raises its cluster version: the
+	// data's version is still the old one (a member that crashes now can
+	// go back to it), and the pass looks again until etcd has raised it.
+	upgraded := newWorld(3).do(func(w *world) {
+		for _, n := range membersOf(3) {
+			w.pod(n).Image, w.member(n).Version = repo+":v3.7.3", "3.7.3"
+		}
+		w.obs.Etcd.ClusterVersion = "3.6.0"
+	}).obs
+	st, s := decide(in(3, "v3.7.3"), upgraded)
+	if st.CurrentVersion != "3.6.0" || st.Phase != phaseRunning || s.Again != pollAgain {
+		t.Errorf("all upgraded, cluster version 3.6: currentVersion %q, %s, look again in %v; want 3.6.0, Running, in %v", st.CurrentVersion, st.Phase, s.Again, pollAgain)
+	}
+	upgraded.Etcd.ClusterVersion = "3.7.0"
+	if st, s := decide(in(3, "v3.7.3"), upgraded); st.CurrentVersion != "3.7.3" || s.Again != 0 {
+		t.Errorf("cluster version raised: currentVersion %q, look again in %v; want 3.7.3, not again", st.CurrentVersion, s.Again)
+	}
 }

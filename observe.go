@@ -180,7 +180,7 @@ func corePath(namespace, resource string) string {
 // cache (cache.go) or, without one or while it lags behind the operator's
 // own writes, from LISTs; then it asks etcd about its members. Failing to
 // reach etcd is an observation, not an error.
-func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base string) (observed, error) {
+func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base, known string) (observed, error) {
 	var obs observed
 	ns := ec.Metadata.Namespace
 	var pods []cachedPod
@@ -212,7 +212,7 @@ func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base string) 
 		}
 	}
 	var err error
-	obs.Etcd, err = c.observeEtcd(ctx, ns, running)
+	obs.Etcd, err = c.observeEtcd(ctx, ns, running, known)
 	return obs, err
 }
 
@@ -283,7 +283,7 @@ type memberListAnswer struct {
 // for the member list: the leader's list is current, a follower's may lag.
 // A member that does not answer is an observation; the API server refusing
 // the operator the proxy (403) is an error that someone must fix.
-func (c *controller) observeEtcd(ctx context.Context, ns string, running []string) (etcdView, error) {
+func (c *controller) observeEtcd(ctx context.Context, ns string, running []string, known string) (etcdView, error) {
 	var v etcdView
 	if len(running) > 0 {
 		v.AnsweredPods = []string{}
@@ -312,13 +312,28 @@ func (c *controller) observeEtcd(ctx context.Context, ns string, running []strin
 	}
 	v.Answered = len(answers)
 	c.listMembers(ctx, ns, &v, podOf[v.Leader], answers)
-	if slices.ContainsFunc(v.Listed, func(m memberView) bool { return !m.Answered }) {
+	if askClusterVersion(v.Listed, known) {
 		var err error
 		if v.ClusterVersion, err = c.clusterVersion(ctx, ns, v.AnsweredPods); err != nil {
 			return v, err
 		}
 	}
 	return v, nil
+}
+
+// askClusterVersion reports whether etcd's cluster version is worth a
+// request: while a listed member is silent (its version is not known), and
+// while the members report another minor version than the status knows
+// (an upgrade or a rollback: etcd raises its cluster version only once
+// every member runs the new one, and until then a version the members
+// report is not the data's).
+func askClusterVersion(listed []memberView, known string) bool {
+	for _, m := range listed {
+		if !m.Answered || known == "" || minorLess(m.Version, known) || minorLess(known, m.Version) {
+			return true
+		}
+	}
+	return false
 }
 
 // clusterVersion asks a member for etcd's cluster version (a GET of its

@@ -76,7 +76,8 @@ func TestObserveRefused(t *testing.T) {
 	}
 }
 
-// etcd's cluster version is asked only while a listed member is silent:
+// etcd's cluster version is asked only while a listed member is silent,
+// or while the members run another minor version than the status knows:
 // a pass over a healthy cluster costs no more requests than before.
 func TestObserveClusterVersion(t *testing.T) {
 	f := settledExample(t, nil, running(3))
@@ -91,16 +92,19 @@ func TestObserveClusterVersion(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		down  bool
+		known string // the status's currentVersion
 		want  string
 		asked int
 	}{
-		{"every member answers", false, "", 0},
-		{"one member is down", true, "3.6.0", 1},
+		{"every member answers", false, "3.6.16", "", 0},
+		{"one member is down", true, "3.6.16", "3.6.0", 1},
+		{"the members run a newer minor than the status knows", false, "3.5.21", "3.6.0", 1},
+		{"no version known yet", false, "", "3.6.0", 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f.killMember("default", "example-2", tc.down)
 			before := versionAsked()
-			obs, err := ctl.observe(context.Background(), ec, "example")
+			obs, err := ctl.observe(context.Background(), ec, "example", tc.known)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -702,7 +702,7 @@ func TestStepAlreadyTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := newInput(ec, repo)
-	obs, err := ctl.observe(ctx, ec, "example")
+	obs, err := ctl.observe(ctx, ec, "example", "")
 	if err != nil || obs.Etcd.LeaderPod == "" {
 		t.Fatalf("observe = %+v, %v", obs, err)
 	}

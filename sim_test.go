@@ -880,31 +880,31 @@ func TestSimulationChecks(t *testing.T) {
 		{"a bootstrap Pod after the cluster formed", func(m *model) {
 			m.deletePod(m.pods["sim-2"])
 			m.tick()
-			m.act(m.input(), m.observe(), step{Action: actBootstrap, Members: []string{"sim-0", "sim-1", "sim-2"}})
+			m.act(m.input(), m.observe(m.status.CurrentVersion), step{Action: actBootstrap, Members: []string{"sim-0", "sim-1", "sim-2"}})
 		}, []string{"bootstrap-again"}},
 		{"a status that was true before a quorum was lost", func(m *model) {
-			st, _ := decide(m.input(), m.observe())
+			st, _ := decide(m.input(), m.observe(m.status.CurrentVersion))
 			m.kill(m.pods["sim-0"])
 			m.kill(m.pods["sim-1"])
 			m.checkStatus(st, m.truth())
 		}, []string{"status-ready-lie", "status-available", "status-degraded-false", "status-running"}},
 		{"a READY column that does not count the ready members", func(m *model) {
-			st, _ := decide(m.input(), m.observe())
+			st, _ := decide(m.input(), m.observe(m.status.CurrentVersion))
 			st.Ready = "2/3"
 			m.checkStatus(st, m.truth())
 		}, []string{"status-count"}},
 		{"a quorum message that counts other members", func(m *model) {
-			st, _ := decide(m.input(), m.observe())
+			st, _ := decide(m.input(), m.observe(m.status.CurrentVersion))
 			st.Message = "quorum lost: 1 of 5 voting members answer, 3 needed"
 			m.checkStatus(st, m.truth())
 		}, []string{"status-quorum-message"}},
 		{"a version above a member's", func(m *model) {
-			st, _ := decide(m.input(), m.observe())
+			st, _ := decide(m.input(), m.observe(m.status.CurrentVersion))
 			st.CurrentVersion = "3.7.3"
 			m.checkStatus(st, m.truth())
 		}, []string{"status-version"}},
 		{"degraded while all is well", func(m *model) {
-			st, _ := decide(m.input(), m.observe())
+			st, _ := decide(m.input(), m.observe(m.status.CurrentVersion))
 			for i, c := range st.Conditions {
 				if c.Type == condDegraded {
 					st.Conditions[i].Status = "True"

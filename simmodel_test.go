@@ -630,7 +630,7 @@ func (m *model) acceptable(v string) bool {
 // observe builds what a pass of observe.go sees: every Pod of the cluster;
 // every Service; etcd's /v3/maintenance/status from each Running Pod with
 // a podIP and no deletionTimestamp, then the leader's member list.
-func (m *model) observe() observed {
+func (m *model) observe(known string) observed {
 	var obs observed
 	var running []*simPod
 	for _, n := range m.podNames() {
@@ -670,21 +670,21 @@ func (m *model) observe() observed {
 	if !ok {
 		if len(answered) > 0 {
 			v.Listed = m.memberViews(answered)
-			m.observeClusterVersion(v)
+			m.observeClusterVersion(v, known)
 		}
 		return obs
 	}
 	v.LeaderPod = leaderPod
 	v.Members = m.memberViews(answered)
 	v.Listed = v.Members
-	m.observeClusterVersion(v)
+	m.observeClusterVersion(v, known)
 	return obs
 }
 
-// observeClusterVersion is etcd's /version as observe.go asks it: only
-// while a listed member does not answer.
-func (m *model) observeClusterVersion(v *etcdView) {
-	if slices.ContainsFunc(v.Listed, func(mv memberView) bool { return !mv.Answered }) {
+// observeClusterVersion is etcd's /version as observe.go asks it
+// (askClusterVersion).
+func (m *model) observeClusterVersion(v *etcdView, known string) {
+	if askClusterVersion(v.Listed, known) {
 		v.ClusterVersion = fmt.Sprintf("3.%d.0", m.etcd.Minor)
 	}
 }
@@ -758,7 +758,7 @@ func (m *model) pass(kill int, lose bool) {
 	defer func() { m.killAt, m.lose = -1, false }()
 	in := m.input()
 	for range maxSteps {
-		obs := m.observe()
+		obs := m.observe(in.Prev.CurrentVersion)
 		tr := m.truth()
 		st, s, ok := m.decide(in, obs)
 		if !ok {

@@ -112,6 +112,9 @@ func (d *decision) steady() step {
 		d.st.Message += "; data on emptyDir: a member's data goes with its Pod"
 	}
 	d.setDegraded(false, reasonAllMembersReady, "")
+	if d.versionBehind {
+		return step{Again: pollAgain} // until etcd raises its cluster version
+	}
 	return step{}
 }
 
@@ -253,8 +256,14 @@ func (d *decision) reportMembers() {
 	}
 	lowest := d.lowestVersion(etcd.Members)
 	// The cluster's version is its lowest member's, as etcd's own cluster
-	// version is.
+	// version is; and no higher than etcd's cluster version, which lags
+	// the members' by a few seconds after an upgrade.
 	d.st.CurrentVersion = cmp.Or(lowest, d.in.Prev.CurrentVersion)
+	if cv := etcd.ClusterVersion; cv == lowest && cv != "" {
+		for _, m := range etcd.Members {
+			d.versionBehind = d.versionBehind || minorLess(cv, m.Version)
+		}
+	}
 }
 
 // lowestVersion is the lowest version among members, those down included:
