@@ -73,20 +73,7 @@ func TestMemberBackOnItsVolume(t *testing.T) {
 				f.deletePodLocked("default", p)
 			}
 			f.mu.Unlock()
-			f.waitFor("the Pods made again, Running 3/3", func() bool {
-				for _, p := range tc.deleted {
-					if f.objects["pods/default/"+p] == nil {
-						return false
-					}
-				}
-				return running(3).ok(statusOf(f.clusters["default/example"]))
-			})
-			if got := f.memberIDs("default", "example"); !slices.Equal(got, ids) {
-				t.Errorf("member IDs %v, want the same as before, %v", got, ids)
-			}
-			if log := f.membershipLog(); len(log) != 0 {
-				t.Errorf("membership changes %v, want none", log)
-			}
+			backAsBefore(t, f, tc.deleted, ids)
 			f.mu.Lock()
 			for _, ev := range f.history[mark:] {
 				var ec EtcdCluster
@@ -134,8 +121,16 @@ func TestKilledWhileMembersComeBack(t *testing.T) {
 	op.stop()
 	f.setFault(nil)
 	startOperator(t, f)
+	backAsBefore(t, f, membersOf(3), ids)
+}
+
+// backAsBefore waits until the deleted Pods are made again and example is
+// Running 3/3, then checks that its members are those it had (ids) and
+// that etcd saw no membership change.
+func backAsBefore(t *testing.T, f *fakeAPI, deleted []string, ids []uint64) {
+	t.Helper()
 	f.waitFor("the Pods made again, Running 3/3", func() bool {
-		for _, p := range membersOf(3) {
+		for _, p := range deleted {
 			if f.objects["pods/default/"+p] == nil {
 				return false
 			}
@@ -143,7 +138,7 @@ func TestKilledWhileMembersComeBack(t *testing.T) {
 		return running(3).ok(statusOf(f.clusters["default/example"]))
 	})
 	if got := f.memberIDs("default", "example"); !slices.Equal(got, ids) {
-		t.Errorf("member IDs %v, want %v", got, ids)
+		t.Errorf("member IDs %v, want the same as before, %v", got, ids)
 	}
 	if log := f.membershipLog(); len(log) != 0 {
 		t.Errorf("membership changes %v, want none", log)
