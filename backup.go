@@ -25,7 +25,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash"
 	"io"
@@ -41,15 +40,35 @@ import (
 // member or an S3 endpoint that hangs must not hold the backup for ever.
 const backupIdle = time.Minute
 
+// s3Spec is where backups are: spec.backup.s3, and spec.restore.s3.
+type s3Spec struct {
+	Endpoint          string `json:"endpoint"`
+	Bucket            string `json:"bucket"`
+	Prefix            string `json:"prefix"`
+	Region            string `json:"region"`
+	CredentialsSecret string `json:"credentialsSecret"`
+}
+
+// check validates s3 (field, for errors: "spec.backup.s3") and fills in
+// the defaults.
+func (s *s3Spec) check(field string) error {
+	if _, err := parseEndpoint(s.Endpoint); err != nil {
+		return fmt.Errorf("%s.endpoint: %w", field, err)
+	}
+	if !bucketName.MatchString(s.Bucket) {
+		return fmt.Errorf("%s.bucket %q is not a valid bucket name", field, s.Bucket)
+	}
+	if s.CredentialsSecret == "" {
+		return fmt.Errorf("%s.credentialsSecret is missing", field)
+	}
+	s.Prefix = strings.Trim(s.Prefix, "/")
+	s.Region = cmp.Or(s.Region, "us-east-1")
+	return nil
+}
+
 // backupSpec is spec.backup.
 type backupSpec struct {
-	S3 struct {
-		Endpoint          string `json:"endpoint"`
-		Bucket            string `json:"bucket"`
-		Prefix            string `json:"prefix"`
-		Region            string `json:"region"`
-		CredentialsSecret string `json:"credentialsSecret"`
-	} `json:"s3"`
+	S3 s3Spec `json:"s3"`
 	// Schedule is the time between backups, a Go duration ("30s", "6h");
 	// empty: only on demand.
 	Schedule string `json:"schedule"`
@@ -102,17 +121,9 @@ func parseBackupSpec(spec json.RawMessage) (*backupSpec, error) {
 	if b == nil {
 		return nil, nil
 	}
-	if _, err := parseEndpoint(b.S3.Endpoint); err != nil {
-		return nil, fmt.Errorf("spec.backup.s3.endpoint: %w", err)
+	if err := b.S3.check("spec.backup.s3"); err != nil {
+		return nil, err
 	}
-	if !bucketName.MatchString(b.S3.Bucket) {
-		return nil, fmt.Errorf("spec.backup.s3.bucket %q is not a valid bucket name", b.S3.Bucket)
-	}
-	if b.S3.CredentialsSecret == "" {
-		return nil, errors.New("spec.backup.s3.credentialsSecret is missing")
-	}
-	b.S3.Prefix = strings.Trim(b.S3.Prefix, "/")
-	b.S3.Region = cmp.Or(b.S3.Region, "us-east-1")
 	if b.Schedule != "" {
 		d, err := time.ParseDuration(b.Schedule)
 		if err != nil || d < 10*time.Second {
@@ -199,17 +210,17 @@ func (c *controller) readSecret(ctx context.Context, ns, name string) (map[strin
 	return s.Data, nil
 }
 
-// s3For makes the S3 client of spec, with the credentials of its Secret.
-func (c *controller) s3For(ctx context.Context, ns string, spec *backupSpec) (*s3Client, error) {
-	data, err := c.readSecret(ctx, ns, spec.S3.CredentialsSecret)
+// s3For makes the S3 client of s, with the credentials of its Secret.
+func (c *controller) s3For(ctx context.Context, ns string, s s3Spec) (*s3Client, error) {
+	data, err := c.readSecret(ctx, ns, s.CredentialsSecret)
 	if err != nil {
 		return nil, err
 	}
 	access, secret := strings.TrimSpace(string(data["accessKeyID"])), strings.TrimSpace(string(data["secretAccessKey"]))
 	if access == "" || secret == "" {
-		return nil, fmt.Errorf("Secret %s/%s needs the keys accessKeyID and secretAccessKey", ns, spec.S3.CredentialsSecret)
+		return nil, fmt.Errorf("Secret %s/%s needs the keys accessKeyID and secretAccessKey", ns, s.CredentialsSecret)
 	}
-	return newS3Client(spec.S3.Endpoint, spec.S3.Bucket, spec.S3.Region, access, secret)
+	return newS3Client(s.Endpoint, s.Bucket, s.Region, access, secret)
 }
 
 // encryptionKey reads the key of spec.backup.encryptionKeySecret (key "key").
@@ -298,7 +309,7 @@ func (c *controller) backupCluster(ctx context.Context, ec *EtcdCluster, spec *b
 // backupTargets reads the Secrets: the S3 client, and the encryption key
 // (nil without encryption).
 func (c *controller) backupTargets(ctx context.Context, ns string, spec *backupSpec) (*s3Client, []byte, error) {
-	store, err := c.s3For(ctx, ns, spec)
+	store, err := c.s3For(ctx, ns, spec.S3)
 	if err != nil {
 		return nil, nil, err
 	}

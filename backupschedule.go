@@ -252,7 +252,7 @@ func (b *backups) succeeded(ctx context.Context, ec *EtcdCluster, spec *backupSp
 	b.c.log.Info("backup made", "cluster", ec.key(), "key", rec.Key, "size", rec.Size, "revision", rec.Revision, "duration", rec.Duration)
 	b.c.events.record(ec, eventNormal, "BackedUp", "backup "+spec.S3.Bucket+"/"+rec.Key+" of revision "+strconv.FormatInt(rec.Revision, 10)+": "+strconv.FormatInt(rec.Size, 10)+" bytes in "+rec.Duration)
 	b.writeStatus(ctx, ec, map[string]any{"lastBackup": rec, "backupFailure": nil})
-	store, err := b.c.s3For(ctx, ec.Metadata.Namespace, spec)
+	store, err := b.c.s3For(ctx, ec.Metadata.Namespace, spec.S3)
 	if err == nil {
 		var deleted []string
 		deleted, err = prune(ctx, store, backupPrefix(spec, ec.Metadata.Namespace, ec.Metadata.Name), spec.keep, rec.Key)

@@ -109,6 +109,9 @@ type observed struct {
 	Services []string    // member and client Services that exist
 	Claims   []claimView // the members' PVCs (volumes.go)
 	Etcd     etcdView
+	// Restore is what a pass found reading spec.restore's backup, when it
+	// had to (restore.go).
+	Restore *restoreCheck
 }
 
 // input is the EtcdCluster as decide needs it.
@@ -119,6 +122,7 @@ type input struct {
 	Prev                 clusterStatus
 	Gen                  int64
 	Repo                 string // image repository: the tag is spec.version
+	OperatorImage        string // this operator's image, for a restored member's init containers
 	Base                 string // baseName of the EtcdCluster: the prefix of its objects
 	Deleting             bool   // metadata.deletionTimestamp is set
 	// FormedID is the cluster ID recorded in the EtcdCluster's metadata
@@ -265,7 +269,7 @@ func newDecision(in input, obs observed) *decision {
 	for _, s := range obs.Services {
 		d.svcs[s] = true
 	}
-	d.st = clusterStatus{ClusterID: cmp.Or(obs.Etcd.ClusterID, in.Prev.ClusterID, in.FormedID), ObservedGeneration: in.Gen}
+	d.st = clusterStatus{ClusterID: cmp.Or(obs.Etcd.ClusterID, in.Prev.ClusterID, in.FormedID), ObservedGeneration: in.Gen, Restore: in.Prev.Restore}
 	return d
 }
 
@@ -372,6 +376,9 @@ func (d *decision) bootstrap() step {
 	}
 	d.setAvailable(false, reasonNotStarted, "etcd has not answered yet")
 	d.setDegraded(false, reasonCreating, "")
+	if s, ok := d.checkRestore(); ok {
+		return s
+	}
 	if s, ok := d.createMissing(names); ok {
 		return s
 	}
@@ -886,6 +893,7 @@ func (d *decision) removeStep(m memberView) step {
 func (d *decision) plan(image string) clusterPlan {
 	p := newClusterPlan(objectMeta{Name: d.in.Name, Namespace: d.in.Namespace, UID: d.in.UID}, image)
 	p.Storage = d.in.Spec.Storage
+	p.Restore, p.OperatorImage = d.in.Spec.Restore, d.in.OperatorImage
 	return p
 }
 

@@ -30,7 +30,9 @@ type controller struct {
 	client *client
 	log    *slog.Logger
 	image  string
-	events *recorder
+	// operatorImage is this operator's image: restored members run it.
+	operatorImage string
+	events        *recorder
 	// expect is, by cluster key, what its status says of its member Pods
 	// (" +ready -unready").
 	expect map[string]string

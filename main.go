@@ -34,6 +34,7 @@ import (
 
 type config struct {
 	master, namespace, image, logLevel string
+	operatorImage                      string
 	workers, burst, pageSize           int
 	qps                                float64
 	requestTimeout, watchStall         time.Duration
@@ -47,6 +48,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.master, "master", "http://127.0.0.1:8001", "API server URL (kubectl proxy's default address). Not set and inside a Pod: the in-cluster API server, with the Pod's ServiceAccount")
 	fs.StringVar(&cfg.namespace, "namespace", "default", "namespace to watch; empty for all namespaces. Not set and inside a Pod: the Pod's namespace")
 	fs.StringVar(&cfg.image, "image", "gcr.io/etcd-development/etcd", "etcd image repository; the tag is the EtcdCluster's spec.version")
+	fs.StringVar(&cfg.operatorImage, "operator-image", "etcd-operator:dev", "this operator's image (the Dockerfile's): a cluster restored from a backup runs it in init containers that fetch the backup")
 	fs.IntVar(&cfg.workers, "workers", 16, "clusters handled at once")
 	fs.Float64Var(&cfg.qps, "qps", 500, "average requests per second to the API server, at most (0: no limit)")
 	fs.IntVar(&cfg.burst, "burst", 100, "requests allowed at once above -qps")
@@ -55,7 +57,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.pageSize, "page-size", 100, "objects per page when a watch lists (EtcdClusters, member Pods, Services, PVCs)")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "etcd-operator creates an etcd cluster for each EtcdCluster object.\n\nUsage: etcd-operator [flags]\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "etcd-operator creates an etcd cluster for each EtcdCluster object.\n\nUsage: etcd-operator [flags]\n       etcd-operator restore fetch|place [flags]  (a restored member's init containers)\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -80,6 +82,15 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "restore" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := restoreMain(ctx, os.Args[2:], os.Stderr); err != nil && !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "etcd-operator restore:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	cfg, err := parseFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return
@@ -128,7 +139,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	vw := &watcher[ownedEvent]{client: c, path: corePath(namespace, "persistentvolumeclaims"), selector: labelCluster, decode: decodeClaimEvent,
 		stall: cfg.watchStall, pageSize: cfg.pageSize, log: log, marks: true}
 	rec := newRecorder(c, log)
-	ctl := &controller{client: c, log: log, image: cfg.image, events: rec, cache: newCache()}
+	ctl := &controller{client: c, log: log, image: cfg.image, operatorImage: cfg.operatorImage, events: rec, cache: newCache()}
 
 	var wg sync.WaitGroup
 	wg.Go(func() { cw.run(ctx, clusters) })

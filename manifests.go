@@ -74,6 +74,7 @@ type clusterSpec struct {
 	Size    int
 	Version string
 	Storage storageSpec
+	Restore *restoreSpec // restore.go
 }
 
 // parseSpec decodes and validates a spec. Its errors name the field, since
@@ -86,6 +87,7 @@ func parseSpec(raw json.RawMessage) (clusterSpec, error) {
 		Size    json.RawMessage `json:"size"`
 		Version json.RawMessage `json:"version"`
 		Storage json.RawMessage `json:"storage"`
+		Restore json.RawMessage `json:"restore"`
 	}
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return clusterSpec{}, fmt.Errorf("spec must be an object, not %s", excerpt(raw))
@@ -111,7 +113,11 @@ func parseSpec(raw json.RawMessage) (clusterSpec, error) {
 	if err != nil {
 		return clusterSpec{}, err
 	}
-	return clusterSpec{Size: size, Version: version, Storage: storage}, nil
+	restore, err := parseRestore(s.Restore)
+	if err != nil {
+		return clusterSpec{}, err
+	}
+	return clusterSpec{Size: size, Version: version, Storage: storage, Restore: restore}, nil
 }
 
 // excerpt quotes at most 40 bytes of a user's JSON value for a message.
@@ -160,6 +166,10 @@ type clusterPlan struct {
 	Token         string
 	Image         string
 	Storage       storageSpec
+	// Restore: new members start from this backup, fetched by init
+	// containers of OperatorImage (restore.go).
+	Restore       *restoreSpec
+	OperatorImage string
 	owner         ownerReference
 	namespace     string
 }
@@ -296,7 +306,7 @@ func (p clusterPlan) etcdCommand(member, initialCluster, state string) []string 
 	return []string{
 		"/usr/local/bin/etcd",
 		"--name=" + member,
-		"--data-dir=/var/lib/etcd",
+		"--data-dir=" + dataDir,
 		"--initial-advertise-peer-urls=" + peerURL(member),
 		fmt.Sprintf("--listen-peer-urls=http://0.0.0.0:%d", peerPort),
 		fmt.Sprintf("--listen-client-urls=http://0.0.0.0:%d", clientPort),
@@ -330,49 +340,55 @@ func probe(path string, period, failures int) map[string]any {
 }
 
 func (p clusterPlan) pod(member, initialCluster, state string) []byte {
+	spec := map[string]any{
+		// Always, not the 2016 demo's Never: a crashed etcd restarts in
+		// the same Pod with the same volume, so it rejoins with its
+		// data. With Never the member would be lost for good, and this
+		// operator would have to replace the member.
+		"restartPolicy": "Always",
+		// Service links would put one set of variables per Service in
+		// the namespace into etcd's environment, where names starting
+		// ETCD_ are read as etcd flags.
+		"enableServiceLinks": false,
+		// etcd never talks to the Kubernetes API: a token in the Pod
+		// could only be stolen.
+		"automountServiceAccountToken": false,
+		"containers": []map[string]any{{
+			"name":    "etcd",
+			"image":   p.Image,
+			"command": p.etcdCommand(member, initialCluster, state),
+			"ports": []map[string]any{
+				{"name": "client", "containerPort": clientPort, "protocol": "TCP"},
+				{"name": "peer", "containerPort": peerPort, "protocol": "TCP"},
+			},
+			"volumeMounts": []map[string]any{{"name": "data", "mountPath": dataDir}},
+			// etcd 3.6's /livez fails only when the process itself is
+			// stuck (a local read); /readyz also needs a leader, a
+			// linearizable read and a voting member. The member
+			// Services publish not-ready addresses, so peers find each
+			// other before any is ready: a readiness probe no longer
+			// stops a cluster from forming, and it keeps the client
+			// Service to members that can serve.
+			//
+			// The startup probe gives a member 5 minutes to answer
+			// at all (etcd serves clients only once it has joined the
+			// cluster) before liveness checks may restart it.
+			"startupProbe":   probe("/livez", 2, 150),
+			"livenessProbe":  probe("/livez", 10, 6),
+			"readinessProbe": probe("/readyz", 2, 2),
+		}},
+		"volumes": []map[string]any{p.dataVolume(member)},
+	}
+	// Only the members of a new cluster are restored: one joining later
+	// gets the data from its peers, as always.
+	if p.Restore != nil && state == "new" {
+		spec["initContainers"] = p.restoreContainers(member, initialCluster)
+	}
 	return mustJSON(map[string]any{
 		"apiVersion": "v1",
 		"kind":       "Pod",
 		"metadata":   p.meta(member, member),
-		"spec": map[string]any{
-			// Always, not the 2016 demo's Never: a crashed etcd restarts in
-			// the same Pod with the same volume, so it rejoins with its
-			// data. With Never the member would be lost for good, and this
-			// operator would have to replace the member.
-			"restartPolicy": "Always",
-			// Service links would put one set of variables per Service in
-			// the namespace into etcd's environment, where names starting
-			// ETCD_ are read as etcd flags.
-			"enableServiceLinks": false,
-			// etcd never talks to the Kubernetes API: a token in the Pod
-			// could only be stolen.
-			"automountServiceAccountToken": false,
-			"containers": []map[string]any{{
-				"name":    "etcd",
-				"image":   p.Image,
-				"command": p.etcdCommand(member, initialCluster, state),
-				"ports": []map[string]any{
-					{"name": "client", "containerPort": clientPort, "protocol": "TCP"},
-					{"name": "peer", "containerPort": peerPort, "protocol": "TCP"},
-				},
-				"volumeMounts": []map[string]any{{"name": "data", "mountPath": "/var/lib/etcd"}},
-				// etcd 3.6's /livez fails only when the process itself is
-				// stuck (a local read); /readyz also needs a leader, a
-				// linearizable read and a voting member. The member
-				// Services publish not-ready addresses, so peers find each
-				// other before any is ready: a readiness probe no longer
-				// stops a cluster from forming, and it keeps the client
-				// Service to members that can serve.
-				//
-				// The startup probe gives a member 5 minutes to answer
-				// at all (etcd serves clients only once it has joined the
-				// cluster) before liveness checks may restart it.
-				"startupProbe":   probe("/livez", 2, 150),
-				"livenessProbe":  probe("/livez", 10, 6),
-				"readinessProbe": probe("/readyz", 2, 2),
-			}},
-			"volumes": []map[string]any{p.dataVolume(member)},
-		},
+		"spec":       spec,
 	})
 }
 

@@ -72,6 +72,11 @@ func (c *controller) handle(ctx context.Context, it item) (*EtcdCluster, time.Du
 func (c *controller) reconcile(ctx context.Context, ec *EtcdCluster) (time.Duration, error) {
 	log := c.log.With("cluster", ec.key())
 	in := newInput(ec, c.image)
+	in.OperatorImage = c.operatorImage
+	var restore *restoreCheck
+	if in.needsRestoreCheck() {
+		restore = c.checkBackup(ctx, ec.Metadata.Namespace, in.Spec.Restore)
+	}
 	for range maxSteps {
 		var obs observed
 		if in.Invalid == "" {
@@ -81,6 +86,7 @@ func (c *controller) reconcile(ctx context.Context, ec *EtcdCluster) (time.Durat
 				return 0, c.report(ctx, ec, in.Prev, st, news, err)
 			}
 		}
+		obs.Restore = restore
 		st, s := decide(in, obs)
 		if s.Action == actNone {
 			if st.Phase != in.Prev.Phase {

@@ -51,6 +51,8 @@ type clusterStatus struct {
 	Conditions     []condition    `json:"conditions"`
 	// ObservedGeneration is the metadata.generation this status describes.
 	ObservedGeneration int64 `json:"observedGeneration"`
+	// Restore is the backup a restored cluster started from (restore.go).
+	Restore *restoreRecord `json:"restore"`
 }
 
 type memberStatus struct {

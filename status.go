@@ -78,6 +78,7 @@ const (
 	reasonRestartingMember      = "RestartingMember"
 	reasonWaitingForClaim       = "WaitingForClaimDeletion"
 	reasonExpandingVolume       = "ExpandingVolume"
+	reasonRestoreFailed         = "RestoreFailed"
 
 	// Events only.
 	reasonClusterCreated  = "ClusterCreated"
@@ -368,7 +369,7 @@ func (d *decision) cannotProceed() []notice {
 // warns reports the Progressing reasons that get a Warning Event.
 func warns(reason string) bool {
 	switch reason {
-	case reasonVersionRefused, reasonUpgradeStalled, reasonUpgradeNeedsMembers, reasonQuorumLost, reasonDataLost, reasonVersionCannotRun:
+	case reasonVersionRefused, reasonUpgradeStalled, reasonUpgradeNeedsMembers, reasonQuorumLost, reasonDataLost, reasonVersionCannotRun, reasonRestoreFailed:
 		return true
 	}
 	return false

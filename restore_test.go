@@ -1,0 +1,279 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParseRestore(t *testing.T) {
+	s3 := `"s3":{"endpoint":"http://s3.example:9000","bucket":"bkt","credentialsSecret":"s3"}`
+	tests := []struct {
+		restore, err string
+	}{
+		{`{` + s3 + `,"key":"etcd/ns/a/20261205T101010Z-42.db"}`, ""},
+		{`{` + s3 + `,"key":"/etcd/x.db.gz.enc","encryptionKeySecret":"k","sha256":"` + strings.Repeat("A", 64) + `"}`, ""},
+		{`"s3://bkt/x"`, "spec.restore must be an object"},
+		{`{` + s3 + `}`, "spec.restore.key is missing"},
+		{`{"s3":{"endpoint":"s3.example","bucket":"bkt","credentialsSecret":"s3"},"key":"x.db"}`, "spec.restore.s3.endpoint"},
+		{`{"s3":{"endpoint":"http://s3.example","bucket":"B","credentialsSecret":"s3"},"key":"x.db"}`, "spec.restore.s3.bucket"},
+		{`{"s3":{"endpoint":"http://s3.example","bucket":"bkt"},"key":"x.db"}`, "spec.restore.s3.credentialsSecret is missing"},
+		{`{` + s3 + `,"key":"x.db","sha256":"abc"}`, "spec.restore.sha256"},
+		{`{` + s3 + `,"key":"x.db.enc"}`, "spec.restore.encryptionKeySecret is missing"},
+		{`{` + s3 + `,"key":"x.db","encryptionKeySecret":"k"}`, "does not end in .enc"},
+	}
+	for _, tt := range tests {
+		_, err := parseSpec(json.RawMessage(`{"size":3,"restore":` + tt.restore + `}`))
+		if tt.err == "" && err != nil || tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)) {
+			t.Errorf("%s: error %v, want %q", tt.restore, err, tt.err)
+		}
+	}
+}
+
+// restoreOf is the spec.restore naming a backup of the fake S3's bucket.
+func restoreOf(s3URL, key, extra string) *restoreSpec {
+	r, err := parseRestore(json.RawMessage(fmt.Sprintf(`{"s3":{"endpoint":%q,"bucket":"bkt","credentialsSecret":"s3"},"key":%q%s}`, s3URL, key, extra)))
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+// A backup of each kind reads back as the snapshot it was made of, and
+// the record names the object as the backup's record did.
+func TestReadBackup(t *testing.T) {
+	data := snapshotData(200000)
+	sum := sha256.Sum256(data)
+	snap := append(bytes.Clone(data), sum[:]...)
+	for _, backup := range []string{``, `,"gzip":true`, `,"encryptionKeySecret":"key"`, `,"gzip":true,"encryptionKeySecret":"key"`} {
+		t.Run(backup, func(t *testing.T) {
+			a, s3 := newBackupAPI(t, data), newFakeS3(t, "bkt")
+			c := backupController(a)
+			ec := exampleCluster(t, s3.srv.URL, backup)
+			spec, err := parseBackupSpec(ec.Spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			made, err := c.backupCluster(context.Background(), ec, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			extra := `,"sha256":"` + made.SHA256 + `"`
+			if spec.EncryptionKeySecret != "" {
+				extra += `,"encryptionKeySecret":"key"`
+			}
+			r := restoreOf(s3.srv.URL, made.Key, extra)
+			rec, err := c.readBackup(context.Background(), "ns", r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.Key != made.Key || rec.SHA256 != made.SHA256 || rec.Size != int64(len(snap)) {
+				t.Errorf("record %+v; the backup's %+v, snapshot of %d bytes", rec, made, len(snap))
+			}
+			var got bytes.Buffer
+			store := s3.client(t, "bkt")
+			key := testKey
+			if _, err := fetchBackup(context.Background(), store, r, key, &got); err != nil || !bytes.Equal(got.Bytes(), snap) {
+				t.Errorf("fetched %d bytes (%v), want the snapshot's %d", got.Len(), err, len(snap))
+			}
+		})
+	}
+}
+
+// Each way a backup can be bad is refused, with a message that says which.
+func TestReadBackupRefuses(t *testing.T) {
+	data := snapshotData(200000)
+	tests := []struct {
+		name, backup, extra string
+		change              func(a *backupAPI, s3 *fakeS3, key string)
+		err                 string
+	}{
+		{"missing object", ``, ``, func(_ *backupAPI, s3 *fakeS3, key string) { delete(s3.objects, "bkt/"+key) }, "there is no object s3://bkt/"},
+		{"missing bucket", ``, ``, func(_ *backupAPI, s3 *fakeS3, _ string) { delete(s3.buckets, "bkt") }, "NoSuchBucket"},
+		{"wrong credentials", ``, ``, func(a *backupAPI, _ *fakeS3, _ string) { a.secrets["s3"]["secretAccessKey"] = []byte("wrong") }, "SignatureDoesNotMatch"},
+		{"a flipped byte", ``, ``, flip(1000), "is not a whole etcd snapshot"},
+		{"cut short", ``, ``, func(_ *backupAPI, s3 *fakeS3, key string) {
+			o := s3.objects["bkt/"+key]
+			s3.objects["bkt/"+key] = o[:len(o)-100]
+		}, "is not a whole etcd snapshot"},
+		{"a flipped byte, gzip", `,"gzip":true`, ``, flip(1000), "read s3://bkt/"},
+		{"a flipped byte, encrypted", `,"encryptionKeySecret":"key"`, `,"encryptionKeySecret":"key"`, flip(5000), "does not open (wrong key, or the object was changed)"},
+		{"wrong key", `,"encryptionKeySecret":"key"`, `,"encryptionKeySecret":"key"`, func(a *backupAPI, _ *fakeS3, _ string) { a.secrets["key"]["key"] = bytes.Repeat([]byte{8}, 32) }, "does not open (wrong key"},
+		{"no key Secret", `,"encryptionKeySecret":"key"`, `,"encryptionKeySecret":"key"`, func(a *backupAPI, _ *fakeS3, _ string) { delete(a.secrets, "key") }, "read Secret ns/key"},
+		{"another object", ``, `,"sha256":"` + strings.Repeat("0", 64) + `"`, func(*backupAPI, *fakeS3, string) {}, "not " + strings.Repeat("0", 64) + " as spec.restore.sha256 says"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, s3 := newBackupAPI(t, data), newFakeS3(t, "bkt")
+			c := backupController(a)
+			ec := exampleCluster(t, s3.srv.URL, tt.backup)
+			spec, err := parseBackupSpec(ec.Spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			made, err := c.backupCluster(context.Background(), ec, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.change(a, s3, made.Key)
+			chk := c.checkBackup(context.Background(), "ns", restoreOf(s3.srv.URL, made.Key, tt.extra))
+			if !strings.Contains(chk.Err, tt.err) {
+				t.Errorf("check %+v, want an error with %q", chk, tt.err)
+			}
+		})
+	}
+}
+
+// flip changes one byte of the object at offset i.
+func flip(i int) func(*backupAPI, *fakeS3, string) {
+	return func(_ *backupAPI, s3 *fakeS3, key string) {
+		o := bytes.Clone(s3.objects["bkt/"+key])
+		o[i] ^= 0x40
+		s3.objects["bkt/"+key] = o
+	}
+}
+
+// decide creates nothing until the backup was found good, says why, and
+// then gives every bootstrap Pod (only those) the restore init containers.
+func TestDecideRestore(t *testing.T) {
+	ec := &EtcdCluster{Metadata: objectMeta{Name: "example", Namespace: "ns", UID: "uid-1"}}
+	ec.Spec = json.RawMessage(`{"size":3,"restore":{"s3":{"endpoint":"http://s3:9000","bucket":"bkt","credentialsSecret":"s3"},"key":"etcd/ns/old/20261205T101010Z-42.db.gz"}}`)
+	rec := restoreRecord{Key: "etcd/ns/old/20261205T101010Z-42.db.gz", SHA256: strings.Repeat("a", 64), Size: 1000}
+
+	in := newInput(ec, repo)
+	in.OperatorImage = "etcd-operator:dev"
+	if !in.needsRestoreCheck() {
+		t.Fatal("a new cluster to restore needs its backup checked")
+	}
+	st, s := decide(in, observed{Restore: &restoreCheck{Err: "there is no object s3://bkt/etcd/ns/old/20261205T101010Z-42.db.gz"}})
+	if s.Action != actNone || s.Again != restoreRetry || st.Phase != phaseFailed || !strings.Contains(st.Message, "there is no object") {
+		t.Fatalf("backup missing: step %s, status %s: %s", s.Action, st.Phase, st.Message)
+	}
+	if c, _ := st.condition(condProgressing); c.Reason != reasonRestoreFailed || len(s.News) != 1 || s.News[0].Type != eventWarning {
+		t.Errorf("backup missing: Progressing %+v, news %+v", c, s.News)
+	}
+
+	st, s = decide(in, observed{Restore: &restoreCheck{Record: rec}})
+	if s.Action != actBootstrap || st.Restore == nil || *st.Restore != rec {
+		t.Fatalf("backup good: step %s, status restore %+v", s.Action, st.Restore)
+	}
+	pods := 0
+	for _, o := range s.Create {
+		if o.Resource != "pods" {
+			continue
+		}
+		pods++
+		var p struct {
+			Spec struct {
+				InitContainers []struct {
+					Name, Image   string
+					Command, Args []string
+				}
+			}
+		}
+		if err := json.Unmarshal(o.Body, &p); err != nil {
+			t.Fatal(err)
+		}
+		ic := p.Spec.InitContainers
+		if len(ic) != 3 || ic[0].Image != "etcd-operator:dev" || ic[1].Image != repo+":"+defaultVersion || ic[2].Args[1] != "place" {
+			t.Fatalf("Pod %s: init containers %+v", o.Name, ic)
+		}
+		want := []string{"--name=" + o.Name, "--initial-cluster-token=" + newClusterPlan(ec.Metadata, "").Token, "--data-dir=" + restoredData}
+		for _, w := range want {
+			if !slices.Contains(ic[1].Command, w) {
+				t.Errorf("Pod %s: etcdutl %v lacks %s", o.Name, ic[1].Command, w)
+			}
+		}
+		if !slices.Contains(ic[0].Args, "-key="+rec.Key) {
+			t.Errorf("Pod %s: fetch-backup %v", o.Name, ic[0].Args)
+		}
+	}
+	if pods != 3 {
+		t.Errorf("%d Pods created, want 3", pods)
+	}
+
+	// Once recorded, the check holds for that key; another key is read again.
+	in.Prev = st
+	if in.needsRestoreCheck() {
+		t.Error("a recorded check is made again")
+	}
+	if _, s := decide(in, observed{}); s.Action != actBootstrap {
+		t.Errorf("with the check recorded: step %s", s.Action)
+	}
+	in.Spec.Restore = &restoreSpec{Key: "other.db"}
+	if !in.needsRestoreCheck() {
+		t.Error("another key is not read again")
+	}
+	// A member joining later is not restored: only bootstrap Pods are.
+	plan := newClusterPlan(ec.Metadata, repo+":"+defaultVersion)
+	plan.Restore, plan.OperatorImage = in.Spec.Restore, "etcd-operator:dev"
+	if b := plan.joiningPod("x-3", "x-0=http://x-0:2380"); bytes.Contains(b, []byte("initContainers")) {
+		t.Error("a joining Pod gets the restore init containers")
+	}
+}
+
+// fetch writes the snapshot for etcdutl; place moves what etcdutl made
+// into place, or keeps a member's data that is there already. Both may run
+// again after a crash at any point.
+func TestFetchAndPlace(t *testing.T) {
+	data := snapshotData(50000)
+	sum := sha256.Sum256(data)
+	snap := append(bytes.Clone(data), sum[:]...)
+	s3 := newFakeS3(t, "bkt")
+	s3.objects["bkt/a.db"] = snap
+	r := restoreOf(s3.srv.URL, "a.db", "")
+	dir := t.TempDir()
+	for range 2 {
+		if err := fetchSnapshot(context.Background(), s3.client(t, "bkt"), r, nil, dir, &bytes.Buffer{}); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "restore", "snapshot.db")); err != nil || !bytes.Equal(b, snap) {
+			t.Fatalf("snapshot.db: %d bytes, %v", len(b), err)
+		}
+	}
+	// What etcdutl would have made; then place, twice.
+	write(t, filepath.Join(dir, "restore", "data", "member", "snap", "db"), "restored")
+	for range 2 {
+		if err := placeRestored(dir); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(dir, "member", "snap", "db")); string(b) != "restored" {
+			t.Fatalf("member data %q", b)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "restore")); !os.IsNotExist(err) {
+			t.Fatalf("restore/ left: %v", err)
+		}
+		// The Pod made again on the same volume restores once more...
+		write(t, filepath.Join(dir, "restore", "data", "member", "snap", "db"), "again")
+	}
+	// ...and the data that was there is kept.
+	if b, _ := os.ReadFile(filepath.Join(dir, "member", "snap", "db")); string(b) != "restored" {
+		t.Errorf("member data %q after a second restore", b)
+	}
+
+	// A bad object leaves no snapshot.db for etcdutl.
+	s3.objects["bkt/a.db"] = snap[:len(snap)-1]
+	if err := fetchSnapshot(context.Background(), s3.client(t, "bkt"), r, nil, dir, &bytes.Buffer{}); err == nil {
+		t.Fatal("a cut object was fetched")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "restore", "snapshot.db")); !os.IsNotExist(err) {
+		t.Errorf("snapshot.db of a bad object: %v", err)
+	}
+}
+
+func write(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
