@@ -66,6 +66,8 @@ type podView struct {
 	// Waiting is the kubelet's reason for a container that is not running
 	// (ImagePullBackOff, CrashLoopBackOff, ...), with its message.
 	Waiting, WaitingMessage string
+	// Init is why an init container does not run, if one does not.
+	Init string
 	// InitialCluster and State are the etcd flags the Pod was created
 	// with: they tell a bootstrap Pod (state "new") from a joining one.
 	InitialCluster, State string

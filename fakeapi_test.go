@@ -232,6 +232,18 @@ func (f *fakeAPI) deleteCluster(ns, name string) {
 	f.emitLocked("DELETED", obj)
 }
 
+// putSecret stores a Secret, which the operator may only read.
+func (f *fakeAPI) putSecret(ns, name string, data map[string]string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	enc := map[string]any{}
+	for k, v := range data {
+		enc[k] = []byte(v) // JSON's base64, as the real server sends it
+	}
+	f.objects["secrets/"+ns+"/"+name] = map[string]any{"apiVersion": "v1", "kind": "Secret",
+		"metadata": map[string]any{"name": name, "namespace": ns}, "data": enc}
+}
+
 func (f *fakeAPI) cluster(ns, name string) map[string]any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -570,7 +582,8 @@ func (f *fakeAPI) dropStream(streams *[]chan []byte, ch chan []byte) {
 
 // serveCore handles services, pods and events in namespace ns.
 func (f *fakeAPI) serveCore(w http.ResponseWriter, r *http.Request, req request, ns, resource string, rest []string) {
-	if !slices.Contains([]string{"services", "pods", "events", "persistentvolumeclaims"}, resource) {
+	if !slices.Contains([]string{"services", "pods", "events", "persistentvolumeclaims", "secrets"}, resource) ||
+		resource == "secrets" && (r.Method != "GET" || len(rest) != 1) {
 		writeStatus(w, 404, "NotFound", "the server could not find the requested resource")
 		return
 	}

@@ -66,6 +66,14 @@ type pod struct {
 				} `json:"waiting"`
 			} `json:"state"`
 		} `json:"containerStatuses"`
+		InitContainerStatuses []struct {
+			Name  string `json:"name"`
+			State struct {
+				Waiting *struct {
+					Reason string `json:"reason"`
+				} `json:"waiting"`
+			} `json:"state"`
+		} `json:"initContainerStatuses"`
 	} `json:"status"`
 }
 
@@ -115,6 +123,13 @@ func (p *pod) cached() *cachedPod {
 					v.State = s
 				}
 			}
+		}
+	}
+	// An init container (a restored member's, restore.go) that cannot run
+	// holds the Pod before etcd starts: its reason is worth a status line.
+	for _, c := range p.Status.InitContainerStatuses {
+		if w := c.State.Waiting; w != nil && w.Reason != "PodInitializing" && v.Init == "" {
+			v.Init = "init container " + c.Name + ": " + w.Reason
 		}
 	}
 	for _, c := range p.Status.ContainerStatuses {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseRestore(t *testing.T) {
@@ -275,5 +276,76 @@ func write(t *testing.T, path, s string) {
 	}
 	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Through the whole operator on the fake API server: a cluster whose
+// backup does not exist is refused with nothing created; once its spec
+// names one that does, its members are made with the restore init
+// containers and the cluster forms.
+func TestRestoreThroughTheOperator(t *testing.T) {
+	s3 := newFakeS3(t, "bkt")
+	data := snapshotData(50000)
+	sum := sha256.Sum256(data)
+	s3.objects["bkt/etcd/default/old/a.db"] = append(bytes.Clone(data), sum[:]...)
+	f := newFakeAPI(t)
+	f.putSecret("default", "s3", map[string]string{"accessKeyID": s3.access, "secretAccessKey": s3.secret})
+	spec := func(key string) map[string]any {
+		return map[string]any{"size": 3, "restore": map[string]any{
+			"s3": map[string]any{"endpoint": s3.srv.URL, "bucket": "bkt", "credentialsSecret": "s3"}, "key": key}}
+	}
+	f.putCluster("default", "example", spec("etcd/default/old/missing.db"))
+	startOperator(t, f)
+	st := waitStatus(f, "example", progressing(reasonRestoreFailed))
+	if st.Phase != phaseFailed || !strings.Contains(st.Message, "there is no object s3://bkt/etcd/default/old/missing.db") {
+		t.Errorf("status %s: %s", st.Phase, st.Message)
+	}
+	for _, res := range []string{"pods", "services", "persistentvolumeclaims"} {
+		if n := f.objectNames(res); len(n) != 0 {
+			t.Errorf("a refused restore created %s %v", res, n)
+		}
+	}
+
+	f.putCluster("default", "example", spec("etcd/default/old/a.db"))
+	st = waitStatus(f, "example", running(3))
+	if st.Restore == nil || st.Restore.Key != "etcd/default/old/a.db" || st.Restore.Size != int64(len(data)+len(sum)) {
+		t.Errorf("status.restore %+v", st.Restore)
+	}
+	for _, m := range membersOf(3) {
+		spec, _ := f.object("pods", "default", m)["spec"].(map[string]any)
+		if ic, _ := spec["initContainers"].([]any); len(ic) != 3 {
+			t.Errorf("Pod %s: %d init containers, want 3", m, len(ic))
+		}
+	}
+}
+
+// An init container that cannot run (a node that cannot reach the store,
+// a Secret without the key) is named in the status while the cluster waits.
+func TestInitContainerInStatus(t *testing.T) {
+	var p pod
+	raw := `{"metadata":{"name":"example-0"},"spec":{"containers":[{"name":"etcd","image":"x"}]},"status":{"phase":"Pending",
+		"initContainerStatuses":[{"name":"fetch-backup","state":{"waiting":{"reason":"CrashLoopBackOff"}}},{"name":"restore","state":{"waiting":{"reason":"PodInitializing"}}}],
+		"containerStatuses":[{"name":"etcd","state":{"waiting":{"reason":"PodInitializing"}}}]}}`
+	if err := json.Unmarshal([]byte(raw), &p); err != nil {
+		t.Fatal(err)
+	}
+	v := p.cached().view(time.Now())
+	if v.Init != "init container fetch-backup: CrashLoopBackOff" {
+		t.Fatalf("Init %q", v.Init)
+	}
+
+	ec := &EtcdCluster{Metadata: objectMeta{Name: "example", Namespace: "ns", UID: "uid-1"}, Spec: json.RawMessage(`{"size":3,"storage":{"emptyDir":true},
+		"restore":{"s3":{"endpoint":"http://s3:9000","bucket":"bkt","credentialsSecret":"s3"},"key":"a.db"}}`)}
+	in := newInput(ec, repo)
+	in.Prev.Restore = &restoreRecord{Key: "a.db"}
+	obs := observed{Services: []string{"example-0", "example-1", "example-2", "example-client"}}
+	for _, m := range membersOf(3) {
+		obs.Pods = append(obs.Pods, podView{Name: m, Phase: "Pending", Image: repo + ":" + defaultVersion, State: "new",
+			InitialCluster: "example-0=http://example-0:2380,example-1=http://example-1:2380,example-2=http://example-2:2380"})
+	}
+	obs.Pods[0].Init = v.Init
+	st, s := decide(in, obs)
+	if s.Action != actNone || !strings.Contains(st.Message, "example-0 init container fetch-backup: CrashLoopBackOff") {
+		t.Errorf("step %s, status %s: %s", s.Action, st.Phase, st.Message)
 	}
 }

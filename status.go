@@ -164,14 +164,14 @@ func (d *decision) unavailable() step {
 			d.obs.Etcd.AnsweredVoters, size, quorum(size), d.podSummary(d.memberNames()))
 	case len(d.obs.Pods) == 0:
 		reason = reasonDataLost
-		msg = fmt.Sprintf("all %d members are gone and their data with them (emptyDir): etcd cannot recover by itself. Delete this EtcdCluster and create it again, then restore your data from a backup (etcdctl snapshot restore)", size)
+		msg = fmt.Sprintf("all %d members are gone and their data with them (emptyDir): etcd cannot recover by itself. Delete this EtcdCluster and create it again, from a backup (spec.restore names one)", size)
 	case d.obs.Etcd.Listed == nil && d.obs.Etcd.Answered == 0:
 		// No member answers: etcd says nothing of who the members are.
 		reason = reasonQuorumLost
-		msg = fmt.Sprintf("quorum lost: no member answers (%s). etcd cannot recover by itself with its data on emptyDir; if the missing members come back, the cluster recovers without help. Otherwise delete this EtcdCluster and create it again from a backup (etcdctl snapshot restore)", d.podSummary(podNames(d.obs.Pods)))
+		msg = fmt.Sprintf("quorum lost: no member answers (%s). etcd cannot recover by itself with its data on emptyDir; if the missing members come back, the cluster recovers without help. Otherwise delete this EtcdCluster and create it again from a backup (spec.restore names one)", d.podSummary(podNames(d.obs.Pods)))
 	default:
 		reason = reasonQuorumLost
-		msg = fmt.Sprintf("quorum lost: %d of %d voting members answer, %d needed (%s). etcd cannot recover by itself with its data on emptyDir; if the missing members come back, the cluster recovers without help. Otherwise delete this EtcdCluster and create it again from a backup (etcdctl snapshot restore)",
+		msg = fmt.Sprintf("quorum lost: %d of %d voting members answer, %d needed (%s). etcd cannot recover by itself with its data on emptyDir; if the missing members come back, the cluster recovers without help. Otherwise delete this EtcdCluster and create it again from a backup (spec.restore names one)",
 			d.obs.Etcd.AnsweredVoters, size, quorum(size), d.podSummary(d.memberNames()))
 	}
 	d.st.Phase, d.st.Message = phaseUnavailable, msg
@@ -207,6 +207,8 @@ func (d *decision) podSummary(names []string) string {
 			parts = append(parts, n+" has no Pod")
 		case p.Deleting:
 			parts = append(parts, n+" is being deleted")
+		case p.Init != "":
+			parts = append(parts, n+" "+p.Init)
 		case p.Waiting != "":
 			parts = append(parts, n+" "+p.Waiting)
 		case d.obs.Etcd.AnsweredPods != nil && !slices.Contains(d.obs.Etcd.AnsweredPods, n):
