@@ -146,9 +146,11 @@ func backupPrefix(spec *backupSpec, ns, name string) string {
 	return path.Join(spec.S3.Prefix, ns, name) + "/"
 }
 
-// objectKey names a backup by its time and revision.
+// objectKey names a backup by its time (to the millisecond: two backups
+// asked for within a second, with no write between them, are two objects)
+// and revision.
 func objectKey(prefix string, t time.Time, revision int64, spec *backupSpec) string {
-	k := prefix + t.UTC().Format("20060102T150405Z") + "-" + strconv.FormatInt(revision, 10) + ".db"
+	k := prefix + t.UTC().Format("20060102T150405.000Z") + "-" + strconv.FormatInt(revision, 10) + ".db"
 	if spec.Gzip {
 		k += ".gz"
 	}
@@ -158,8 +160,9 @@ func objectKey(prefix string, t time.Time, revision int64, spec *backupSpec) str
 	return k
 }
 
-// backupName matches the names objectKey makes, below the prefix.
-var backupName = regexp.MustCompile(`^[0-9]{8}T[0-9]{6}Z-[0-9]+\.db(\.gz)?(\.enc)?$`)
+// backupName matches the names objectKey makes, below the prefix, and
+// those of earlier versions, to the second.
+var backupName = regexp.MustCompile(`^[0-9]{8}T[0-9]{6}(\.[0-9]{3})?Z-[0-9]+\.db(\.gz)?(\.enc)?$`)
 
 // toPrune lists the backups (sorted keys under prefix) that retention
 // deletes: the oldest beyond keep, never latest, the one just written.

@@ -57,9 +57,9 @@ func TestObjectKey(t *testing.T) {
 		wantKey  string
 		clusterN string
 	}{
-		{"", false, false, "ns/example/20261204T170309Z-42.db", "example"},
-		{"/etcd/", true, false, "etcd/ns/example/20261204T170309Z-42.db.gz", "example"},
-		{"a/b", true, true, "a/b/ns/example/20261204T170309Z-42.db.gz.enc", "example"},
+		{"", false, false, "ns/example/20261204T170309.000Z-42.db", "example"},
+		{"/etcd/", true, false, "etcd/ns/example/20261204T170309.000Z-42.db.gz", "example"},
+		{"a/b", true, true, "a/b/ns/example/20261204T170309.000Z-42.db.gz.enc", "example"},
 	}
 	for _, tt := range tests {
 		spec := &backupSpec{Gzip: tt.gz}
@@ -74,12 +74,18 @@ func TestObjectKey(t *testing.T) {
 		if !backupName.MatchString(strings.TrimPrefix(tt.wantKey, prefix)) {
 			t.Errorf("%q does not match backupName", tt.wantKey)
 		}
+		// Two backups within a second, at the same revision: two objects,
+		// in the order they were made.
+		next := objectKey(prefix, at.Add(time.Millisecond), 42, spec)
+		if next <= tt.wantKey {
+			t.Errorf("a backup a millisecond later is %q, not after %q", next, tt.wantKey)
+		}
 	}
 }
 
 func TestToPrune(t *testing.T) {
 	p := "x/ns/c/"
-	k := func(i int) string { return fmt.Sprintf("%s2026120%dT000000Z-%d.db", p, i, i) }
+	k := func(i int) string { return fmt.Sprintf("%s2026120%dT000000.000Z-%d.db", p, i, i) }
 	tests := []struct {
 		name   string
 		keys   []string
@@ -93,6 +99,7 @@ func TestToPrune(t *testing.T) {
 		{"never the one just written", []string{k(1), k(2), k(3)}, 1, k(1), []string{k(2)}},
 		{"foreign objects stay", []string{p + "notes.txt", k(1), p + "deeper/" + k(2)[len(p):], k(3)}, 1, k(3), []string{k(1)}},
 		{"keep 0 is 1", []string{k(1), k(2)}, 0, k(2), []string{k(1)}},
+		{"names to the second, of earlier versions", []string{p + "20261201T000000Z-1.db", k(2), k(3)}, 2, k(3), []string{p + "20261201T000000Z-1.db"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
