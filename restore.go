@@ -189,7 +189,18 @@ func (c *controller) readBackup(ctx context.Context, ns string, r *restoreSpec) 
 // fetchBackup streams the backup r names into w as the snapshot etcdutl
 // reads (decrypted, decompressed), checking it on the way: an error means
 // w got something that must not be used.
-func fetchBackup(ctx context.Context, store *s3Client, r *restoreSpec, key []byte, w io.Writer) (restoreRecord, error) {
+func fetchBackup(ctx context.Context, store *s3Client, r *restoreSpec, key []byte, w io.Writer) (rec restoreRecord, err error) {
+	// A store that stops sending must not hold the pass (or the Pod) for
+	// ever: as for backups, no progress for backupIdle cancels.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	idle := time.AfterFunc(backupIdle, func() { cancel(errBackupStalled) })
+	defer idle.Stop()
+	defer func() {
+		if err != nil && context.Cause(ctx) == errBackupStalled {
+			err = fmt.Errorf("%w: %w", errBackupStalled, err)
+		}
+	}()
 	body, err := store.get(ctx, r.Key)
 	if isS3Code(err, "NoSuchKey") {
 		return restoreRecord{}, fmt.Errorf("there is no object %s", r.where())
@@ -198,7 +209,7 @@ func fetchBackup(ctx context.Context, store *s3Client, r *restoreSpec, key []byt
 		return restoreRecord{}, err
 	}
 	defer body.Close()
-	obj := &hashingReader{r: body, h: sha256.New()}
+	obj := &hashingReader{r: &progressReader{r: body, idle: idle}, h: sha256.New()}
 	var src io.Reader = obj
 	if r.encrypted() {
 		if src, err = newDecryptReader(src, key); err != nil {
