@@ -203,7 +203,7 @@ func fetchBackup(ctx context.Context, store *s3Client, r *restoreSpec, key []byt
 	}()
 	body, err := store.get(ctx, r.Key)
 	if isS3Code(err, "NoSuchKey") {
-		return restoreRecord{}, fmt.Errorf("there is no object %s", r.where())
+		return restoreRecord{}, errors.New("there is no such object")
 	}
 	if err != nil {
 		return restoreRecord{}, err
@@ -213,27 +213,30 @@ func fetchBackup(ctx context.Context, store *s3Client, r *restoreSpec, key []byt
 	var src io.Reader = obj
 	if r.encrypted() {
 		if src, err = newDecryptReader(src, key); err != nil {
-			return restoreRecord{}, fmt.Errorf("%s: %w", r.where(), err)
+			return restoreRecord{}, err
 		}
 	}
 	if r.gzipped() {
 		z, err := gzip.NewReader(src)
-		if err != nil {
-			return restoreRecord{}, fmt.Errorf("%s is not gzip: %w", r.where(), err)
+		switch {
+		case errors.Is(err, gzip.ErrHeader):
+			return restoreRecord{}, errors.New("it is not gzip, though its name ends in .gz")
+		case err != nil:
+			return restoreRecord{}, fmt.Errorf("reading it: %w", err)
 		}
 		src = z
 	}
 	snap := &snapshotCheck{h: sha256.New()}
 	if _, err := io.Copy(io.MultiWriter(w, snap), src); err != nil {
-		return restoreRecord{}, fmt.Errorf("read %s: %w", r.where(), err)
+		return restoreRecord{}, fmt.Errorf("reading it: %w", err)
 	}
 	// Only now has everything been read: the object's hash is whole.
 	sum := hex.EncodeToString(obj.h.Sum(nil))
 	switch {
 	case r.SHA256 != "" && sum != r.SHA256:
-		return restoreRecord{}, fmt.Errorf("%s has sha256 %s, not %s as spec.restore.sha256 says: it is another object, or it was changed", r.where(), sum, r.SHA256)
+		return restoreRecord{}, fmt.Errorf("its sha256 is %s, not %s as spec.restore.sha256 says: it is another object, or it was changed", sum, r.SHA256)
 	case !snap.ok():
-		return restoreRecord{}, fmt.Errorf("%s is not a whole etcd snapshot: its data does not match the sha256 etcd ends a snapshot with", r.where())
+		return restoreRecord{}, errors.New("it is not a whole etcd snapshot: its data does not match the sha256 etcd ends a snapshot with")
 	}
 	return restoreRecord{Key: r.Key, SHA256: sum, Size: snap.n, Verified: time.Now().UTC().Format(time.RFC3339)}, nil
 }
@@ -363,10 +366,10 @@ func fetchSnapshot(ctx context.Context, store *s3Client, r *restoreSpec, key []b
 	}
 	defer f.Close()
 	rec, err := fetchBackup(ctx, store, r, key, f)
-	if err == nil {
-		err = f.Sync()
-	}
 	if err != nil {
+		return fmt.Errorf("%s: %w", r.where(), err)
+	}
+	if err := f.Sync(); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, filepath.Join(restore, "snapshot.db")); err != nil {

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -96,7 +97,7 @@ func TestReadBackupRefuses(t *testing.T) {
 		change              func(a *backupAPI, s3 *fakeS3, key string)
 		err                 string
 	}{
-		{"missing object", ``, ``, func(_ *backupAPI, s3 *fakeS3, key string) { delete(s3.objects, "bkt/"+key) }, "there is no object s3://bkt/"},
+		{"missing object", ``, ``, func(_ *backupAPI, s3 *fakeS3, key string) { delete(s3.objects, "bkt/"+key) }, "there is no such object"},
 		{"missing bucket", ``, ``, func(_ *backupAPI, s3 *fakeS3, _ string) { delete(s3.buckets, "bkt") }, "NoSuchBucket"},
 		{"wrong credentials", ``, ``, func(a *backupAPI, _ *fakeS3, _ string) { a.secrets["s3"]["secretAccessKey"] = []byte("wrong") }, "SignatureDoesNotMatch"},
 		{"a flipped byte", ``, ``, flip(1000), "is not a whole etcd snapshot"},
@@ -104,7 +105,7 @@ func TestReadBackupRefuses(t *testing.T) {
 			o := s3.objects["bkt/"+key]
 			s3.objects["bkt/"+key] = o[:len(o)-100]
 		}, "is not a whole etcd snapshot"},
-		{"a flipped byte, gzip", `,"gzip":true`, ``, flip(1000), "read s3://bkt/"},
+		{"a flipped byte, gzip", `,"gzip":true`, ``, flip(1000), "reading it"},
 		{"a flipped byte, encrypted", `,"encryptionKeySecret":"key"`, `,"encryptionKeySecret":"key"`, flip(5000), "does not open (wrong key, or the object was changed)"},
 		{"wrong key", `,"encryptionKeySecret":"key"`, `,"encryptionKeySecret":"key"`, func(a *backupAPI, _ *fakeS3, _ string) { a.secrets["key"]["key"] = bytes.Repeat([]byte{8}, 32) }, "does not open (wrong key"},
 		{"no key Secret", `,"encryptionKeySecret":"key"`, `,"encryptionKeySecret":"key"`, func(a *backupAPI, _ *fakeS3, _ string) { delete(a.secrets, "key") }, "read Secret ns/key"},
@@ -129,6 +130,18 @@ func TestReadBackupRefuses(t *testing.T) {
 				t.Errorf("check %+v, want an error with %q", chk, tt.err)
 			}
 		})
+	}
+}
+
+// A plain snapshot under a name that says gzip is refused as not gzip.
+func TestReadBackupNotGzip(t *testing.T) {
+	data := snapshotData(1000)
+	sum := sha256.Sum256(data)
+	s3 := newFakeS3(t, "bkt")
+	s3.objects["bkt/a.db.gz"] = append(bytes.Clone(data), sum[:]...)
+	_, err := fetchBackup(context.Background(), s3.client(t, "bkt"), restoreOf(s3.srv.URL, "a.db.gz", ""), nil, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "it is not gzip") {
+		t.Errorf("error %v, want it to say it is not gzip", err)
 	}
 }
 
@@ -297,7 +310,7 @@ func TestRestoreThroughTheOperator(t *testing.T) {
 	f.putCluster("default", "example", spec("etcd/default/old/missing.db"))
 	startOperator(t, f)
 	st := waitStatus(f, "example", progressing(reasonRestoreFailed))
-	if st.Phase != phaseFailed || !strings.Contains(st.Message, "there is no object s3://bkt/etcd/default/old/missing.db") {
+	if st.Phase != phaseFailed || !strings.Contains(st.Message, "cannot restore from s3://bkt/etcd/default/old/missing.db: there is no such object") {
 		t.Errorf("status %s: %s", st.Phase, st.Message)
 	}
 	for _, res := range []string{"pods", "services", "persistentvolumeclaims"} {

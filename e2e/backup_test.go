@@ -77,7 +77,13 @@ func TestBackupSchema(t *testing.T) {
 // startS3 starts a versitygw of the test's own with a bucket "backups".
 func startS3(t *testing.T, name string) *S3Server {
 	t.Helper()
-	s, err := cp.StartS3Server(name)
+	return startS3On(t, name, "127.0.0.1")
+}
+
+// startS3On is startS3 listening on host.
+func startS3On(t *testing.T, name, host string) *S3Server {
+	t.Helper()
+	s, err := cp.StartS3ServerOn(name, host)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,6 +39,10 @@ type Binaries struct {
 	// The node's dynamic volume provisioner.
 	LocalPathProvisioner string
 	EtcdImages           map[string]string // version -> static etcd
+	// Etcdutl is etcdutl of EtcdVersion, which that version's image holds
+	// beside etcd (a restored member's init container runs it); Etcdctl
+	// its client, for the backup benchmark.
+	Etcdutl, Etcdctl string
 }
 
 // RepoRoot finds the repository root from the working directory (the e2e
@@ -109,6 +113,11 @@ func BuildComponents(out io.Writer) (Binaries, error) {
 	if err != nil {
 		return Binaries{}, err
 	}
+	toolsDir, err := buildModule(out, root, cache, "etcd-tools", EtcdVersion, static, "",
+		[]string{"go.etcd.io/etcd/etcdutl/v3", "go.etcd.io/etcd/etcdctl/v3"}, []string{"etcdutl", "etcdctl"}, "about a minute each")
+	if err != nil {
+		return Binaries{}, err
+	}
 	pauseDir, err := buildModule(out, root, cache, "pause", "v1", static, "", []string{"."}, []string{"pause"}, "seconds")
 	if err != nil {
 		return Binaries{}, err
@@ -151,6 +160,8 @@ func BuildComponents(out io.Writer) (Binaries, error) {
 		CoreDNS:              filepath.Join(dnsDir, "coredns"),
 		Pause:                filepath.Join(pauseDir, "pause"),
 		LocalPathProvisioner: filepath.Join(lppDir, "local-path-provisioner"),
+		Etcdutl:              filepath.Join(toolsDir, "etcdutl"),
+		Etcdctl:              filepath.Join(toolsDir, "etcdctl"),
 		EtcdImages: map[string]string{
 			EtcdVersion:   filepath.Join(etcdDir, "etcd"),
 			Etcd37Version: filepath.Join(etcd37Dir, "etcd"),

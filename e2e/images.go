@@ -41,6 +41,9 @@ type Image struct {
 	// multi-call program such as busybox has them (sh, mkdir, rm...).
 	Links []string
 	Env   []string // the image's ENV, e.g. PATH for a shell
+	// Also are more programs in Path's directory, by name: etcd's images
+	// hold etcdutl beside etcd.
+	Also map[string]string
 }
 
 // NodeImages are the images every node run imports: the Pod sandbox, etcd
@@ -49,7 +52,11 @@ type Image struct {
 func NodeImages(bin Binaries, operatorBin string) []Image {
 	imgs := []Image{{Ref: PauseImage, Program: bin.Pause, Path: "/pause", Entrypoint: []string{"/pause"}}}
 	for v, etcd := range bin.EtcdImages {
-		imgs = append(imgs, Image{Ref: "gcr.io/etcd-development/etcd:" + v, Program: etcd, Path: "/usr/local/bin/etcd", Entrypoint: []string{"/usr/local/bin/etcd"}})
+		img := Image{Ref: "gcr.io/etcd-development/etcd:" + v, Program: etcd, Path: "/usr/local/bin/etcd", Entrypoint: []string{"/usr/local/bin/etcd"}}
+		if v == EtcdVersion && bin.Etcdutl != "" {
+			img.Also = map[string]string{"etcdutl": bin.Etcdutl}
+		}
+		imgs = append(imgs, img)
 	}
 	if operatorBin != "" {
 		imgs = append(imgs, OperatorImage(operatorBin))
@@ -90,6 +97,18 @@ func WriteImage(img Image, path string) error {
 	}
 	if _, err := tw.Write(prog); err != nil {
 		return err
+	}
+	for name, program := range img.Also {
+		b, err := os.ReadFile(program)
+		if err != nil {
+			return err
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: filepath.Join(dir, name)[1:], Mode: 0o755, Size: int64(len(b))}); err != nil {
+			return err
+		}
+		if _, err := tw.Write(b); err != nil {
+			return err
+		}
 	}
 	for _, l := range img.Links {
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: filepath.Join(dir, l)[1:], Linkname: filepath.Base(img.Path), Mode: 0o777}); err != nil {

@@ -52,15 +52,22 @@ func BuildVersitygw(out *os.File) (string, error) {
 
 // S3Server is a running versitygw.
 type S3Server struct {
-	URL                  string // http://127.0.0.1:PORT, path-style
+	URL                  string // http://HOST:PORT, path-style
 	AccessKey, SecretKey string
 	Region               string
 	Dir                  string // the posix backend's root: a bucket is a directory
 }
 
-// StartS3Server builds (once) and starts versitygw as process name, with a
-// test access key, and waits until it answers.
+// StartS3Server builds (once) and starts versitygw as process name on
+// loopback, with a test access key, and waits until it answers.
 func (cp *ControlPlane) StartS3Server(name string) (*S3Server, error) {
+	return cp.StartS3ServerOn(name, "127.0.0.1")
+}
+
+// StartS3ServerOn is StartS3Server listening on host: NodeIP for a server
+// that Pods reach too (a restored member's init container fetches its
+// backup itself).
+func (cp *ControlPlane) StartS3ServerOn(name, host string) (*S3Server, error) {
 	bin, err := BuildVersitygw(os.Stdout)
 	if err != nil {
 		return nil, err
@@ -70,7 +77,7 @@ func (cp *ControlPlane) StartS3Server(name string) (*S3Server, error) {
 		return nil, err
 	}
 	s := &S3Server{
-		URL:       "http://127.0.0.1:" + strconv.Itoa(port),
+		URL:       "http://" + net.JoinHostPort(host, strconv.Itoa(port)),
 		AccessKey: "e2e-backup-access", SecretKey: "e2e-backup-secret-key-0123456789",
 		Region: "us-east-1",
 		Dir:    filepath.Join(cp.Dir, name),
@@ -79,7 +86,7 @@ func (cp *ControlPlane) StartS3Server(name string) (*S3Server, error) {
 		return nil, err
 	}
 	args := []string{"--access", s.AccessKey, "--secret", s.SecretKey, "--region", s.Region,
-		"--port", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), "posix", s.Dir}
+		"--port", net.JoinHostPort(host, strconv.Itoa(port)), "posix", s.Dir}
 	if _, err := cp.StartProcess(name, nil, bin, args...); err != nil {
 		return nil, err
 	}
