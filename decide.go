@@ -28,7 +28,9 @@
 //
 //  0. invalidSpec: a spec that cannot be read changes nothing; nor does a
 //     cluster being deleted (beingDeleted).
-//  1. bootstrap: a cluster that never formed gets its Services, then Pods.
+//  1. bootstrap: a cluster that never formed gets its Services, then Pods;
+//     one to restore only once its backup was read and found good
+//     (checkRestore, restore.go).
 //  2. needQuorum: without a leader and a healthy quorum, nothing changes.
 //  3. removeLeftovers: the Pod and the Service of a removed member.
 //  4. createClientService, if it is gone.

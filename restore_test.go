@@ -39,6 +39,23 @@ func TestParseRestore(t *testing.T) {
 	}
 }
 
+// makeBackup has the operator's backup code make one backup of data with
+// spec.backup options (backup: more JSON fields) into a fake S3.
+func makeBackup(t *testing.T, data []byte, backup string) (*backupAPI, *fakeS3, backupRecord) {
+	t.Helper()
+	a, s3 := newBackupAPI(t, data), newFakeS3(t, "bkt")
+	ec := exampleCluster(t, s3.srv.URL, backup)
+	spec, err := parseBackupSpec(ec.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	made, err := backupController(a).backupCluster(context.Background(), ec, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, s3, made
+}
+
 // restoreOf is the spec.restore naming a backup of the fake S3's bucket.
 func restoreOf(s3URL, key, extra string) *restoreSpec {
 	r, err := parseRestore(json.RawMessage(fmt.Sprintf(`{"s3":{"endpoint":%q,"bucket":"bkt","credentialsSecret":"s3"},"key":%q%s}`, s3URL, key, extra)))
@@ -56,19 +73,10 @@ func TestReadBackup(t *testing.T) {
 	snap := append(bytes.Clone(data), sum[:]...)
 	for _, backup := range []string{``, `,"gzip":true`, `,"encryptionKeySecret":"key"`, `,"gzip":true,"encryptionKeySecret":"key"`} {
 		t.Run(backup, func(t *testing.T) {
-			a, s3 := newBackupAPI(t, data), newFakeS3(t, "bkt")
+			a, s3, made := makeBackup(t, data, backup)
 			c := backupController(a)
-			ec := exampleCluster(t, s3.srv.URL, backup)
-			spec, err := parseBackupSpec(ec.Spec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			made, err := c.backupCluster(context.Background(), ec, spec)
-			if err != nil {
-				t.Fatal(err)
-			}
 			extra := `,"sha256":"` + made.SHA256 + `"`
-			if spec.EncryptionKeySecret != "" {
+			if strings.HasSuffix(made.Key, ".enc") {
 				extra += `,"encryptionKeySecret":"key"`
 			}
 			r := restoreOf(s3.srv.URL, made.Key, extra)
@@ -113,17 +121,8 @@ func TestReadBackupRefuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, s3 := newBackupAPI(t, data), newFakeS3(t, "bkt")
+			a, s3, made := makeBackup(t, data, tt.backup)
 			c := backupController(a)
-			ec := exampleCluster(t, s3.srv.URL, tt.backup)
-			spec, err := parseBackupSpec(ec.Spec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			made, err := c.backupCluster(context.Background(), ec, spec)
-			if err != nil {
-				t.Fatal(err)
-			}
 			tt.change(a, s3, made.Key)
 			chk := c.checkBackup(context.Background(), "ns", restoreOf(s3.srv.URL, made.Key, tt.extra))
 			if !strings.Contains(chk.Err, tt.err) {

@@ -32,7 +32,7 @@ type backupRecord struct {
 	Revision, Size                           int64
 }
 
-// The CRD's schema takes spec.backup, fills its defaults, and refuses
+// The CRD's schema takes spec.backup and spec.restore, fills their defaults, and refuses
 // what the operator could not use, naming the field.
 func TestBackupSchema(t *testing.T) {
 	ns := "backup-schema"
@@ -41,35 +41,40 @@ func TestBackupSchema(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = cp.Kubectl("", "delete", "namespace", ns, "--wait=false") })
 	s3 := `"s3":{"endpoint":"http://127.0.0.1:7070","bucket":"backups","credentialsSecret":"s3"}`
+	// field is "backup" or "restore"; the valid ones get their defaults.
 	tests := []struct {
-		name, backup, err string
+		name, field, value, err string
 	}{
-		{"valid", `{` + s3 + `,"schedule":"30s","gzip":true,"now":"1"}`, ""},
-		{"bucket", `{"s3":{"endpoint":"http://h","bucket":"Bad_Bucket","credentialsSecret":"s3"}}`, "spec.backup.s3.bucket"},
-		{"endpoint", `{"s3":{"endpoint":"s3.example.com","bucket":"backups","credentialsSecret":"s3"}}`, "spec.backup.s3.endpoint"},
-		{"credentials", `{"s3":{"endpoint":"http://h","bucket":"backups"}}`, "spec.backup.s3.credentialsSecret"},
-		{"keep", `{` + s3 + `,"keep":0}`, "spec.backup.keep"},
-		{"schedule", `{` + s3 + `,"schedule":"daily"}`, "spec.backup.schedule"},
-		{"no s3", `{"now":"1"}`, "spec.backup.s3"},
+		{"valid", "backup", `{` + s3 + `,"schedule":"30s","gzip":true,"now":"1"}`, ""},
+		{"bucket", "backup", `{"s3":{"endpoint":"http://h","bucket":"Bad_Bucket","credentialsSecret":"s3"}}`, "spec.backup.s3.bucket"},
+		{"endpoint", "backup", `{"s3":{"endpoint":"s3.example.com","bucket":"backups","credentialsSecret":"s3"}}`, "spec.backup.s3.endpoint"},
+		{"credentials", "backup", `{"s3":{"endpoint":"http://h","bucket":"backups"}}`, "spec.backup.s3.credentialsSecret"},
+		{"keep", "backup", `{` + s3 + `,"keep":0}`, "spec.backup.keep"},
+		{"schedule", "backup", `{` + s3 + `,"schedule":"daily"}`, "spec.backup.schedule"},
+		{"no s3", "backup", `{"now":"1"}`, "spec.backup.s3"},
+		{"valid", "restore", `{` + s3 + `,"key":"e2e/a.db","sha256":"` + strings.Repeat("ab", 32) + `"}`, ""},
+		{"no key", "restore", `{` + s3 + `}`, "spec.restore.key"},
+		{"sha256", "restore", `{` + s3 + `,"key":"a.db","sha256":"abc"}`, "spec.restore.sha256"},
+		{"no s3", "restore", `{"key":"a.db"}`, "spec.restore.s3"},
 	}
 	for i, tt := range tests {
-		body := fmt.Sprintf(`{"apiVersion":"coreos.com/v1","kind":"EtcdCluster","metadata":{"name":"c%d"},"spec":{"size":1,"backup":%s}}`, i, tt.backup)
+		body := fmt.Sprintf(`{"apiVersion":"coreos.com/v1","kind":"EtcdCluster","metadata":{"name":"c%d"},"spec":{"size":1,%q:%s}}`, i, tt.field, tt.value)
 		code, b, err := cp.Do("POST", "/apis/coreos.com/v1/namespaces/"+ns+"/etcdclusters", []byte(body), "application/json")
 		switch {
 		case err != nil:
 			t.Fatal(err)
 		case tt.err == "" && code != 201:
-			t.Errorf("%s: %d %s", tt.name, code, b)
+			t.Errorf("%s %s: %d %s", tt.field, tt.name, code, b)
 		case tt.err == "":
-			var o struct {
-				Spec struct{ Backup map[string]any }
-			}
+			var o struct{ Spec map[string]map[string]any }
 			json.Unmarshal(b, &o)
-			if s3, _ := o.Spec.Backup["s3"].(map[string]any); s3["region"] != "us-east-1" || o.Spec.Backup["keep"] != 3.0 {
-				t.Errorf("%s: defaults not filled in: %v", tt.name, o.Spec.Backup)
+			got := o.Spec[tt.field]
+			s3, _ := got["s3"].(map[string]any)
+			if s3["region"] != "us-east-1" || tt.field == "backup" && got["keep"] != 3.0 {
+				t.Errorf("%s %s: defaults not filled in: %v", tt.field, tt.name, got)
 			}
 		case code != 422 || !strings.Contains(string(b), tt.err):
-			t.Errorf("%s: %d %s, want 422 naming %s", tt.name, code, b, tt.err)
+			t.Errorf("%s %s: %d %s, want 422 naming %s", tt.field, tt.name, code, b, tt.err)
 		}
 	}
 }
@@ -267,7 +272,7 @@ func TestBackupCluster(t *testing.T) {
 
 	// A schedule with keep 3: once the schedule has made two more, the
 	// oldest (the plain one) is gone and exactly 3 remain.
-	d.setBackup(map[string]any{"s3": base, "schedule": "10s", "keep": 3})
+	d.setBackup(map[string]any{"s3": base, "schedule": "30s", "keep": 3})
 	err := Eventually(3*time.Minute, "3 backups kept, the oldest deleted", func() (bool, error) {
 		objs, _ := s.listed(t, prefix)
 		_, oldest := objs[plain.Key]
