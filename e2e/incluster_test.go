@@ -227,7 +227,10 @@ func operatorPID(t *testing.T) int {
 	t.Helper()
 	for _, pid := range pids() {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err == nil && string(b) == "/etcd-operator\x00" {
+		// The image's entrypoint with the Deployment's args (flags; a
+		// restored member's init container would run "restore").
+		argv := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+		if err == nil && argv[0] == "/etcd-operator" && (len(argv) == 1 || argv[1] != "restore") {
 			return pid
 		}
 	}
