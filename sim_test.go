@@ -104,6 +104,9 @@ type simSchedule struct {
 	Size    int
 	Version string
 	Events  []simEvent
+	// Fix: the tail starts with spec.version set to one that runs, if it
+	// names one that cannot, as a user does who reads the status.
+	Fix bool
 }
 
 func (sc simSchedule) String() string {
@@ -111,6 +114,9 @@ func (sc simSchedule) String() string {
 	fmt.Fprintf(&b, "create: spec.size %d, spec.version %s\n", sc.Size, sc.Version)
 	for i, e := range sc.Events {
 		fmt.Fprintf(&b, "  %3d %s\n", i, e)
+	}
+	if sc.Fix {
+		b.WriteString("  then: spec.version set to one that runs, if it names one that cannot\n")
 	}
 	b.WriteString("  then: uncordon, and passes and ticks without faults\n")
 	return b.String()
@@ -124,6 +130,12 @@ func genSchedule(seed uint64) simSchedule {
 		sc.Version = simNoImage
 	}
 	sc.Events = []simEvent{{Kind: evPass, A: -1}, {Kind: evTick}, {Kind: evPass, A: -1}}
+	// Each schedule has its own rate of faults: every fault drawn below,
+	// one in three, or one in ten (the others become ticks). At the full
+	// rate most schedules end with a quorum's data gone, where the status
+	// must say so; at the lower rates most must end at the spec.
+	calm := []int{1, 3, 10}[r.IntN(3)]
+	sc.Fix = r.IntN(2) == 0
 	n := 20 + r.IntN(100)
 	for len(sc.Events) < n {
 		var e simEvent
@@ -159,9 +171,22 @@ func genSchedule(seed uint64) simSchedule {
 		default:
 			e = simEvent{Kind: evVersion, V: []string{simV36, simV36, simV37, simV37, simV37, simRefused, simNoImage, simBrokenV}[r.IntN(8)]}
 		}
+		if faulty(e.Kind) && r.IntN(calm) != 0 {
+			e = simEvent{Kind: evTick}
+		}
 		sc.Events = append(sc.Events, e)
 	}
 	return sc
+}
+
+// faulty: an event that takes something away (a Pod, a process, data, a
+// node, the status).
+func faulty(kind string) bool {
+	switch kind {
+	case evDelete, evKill, evWipe, evCordon, evStrand, evEvict, evStatusLoss:
+		return true
+	}
+	return false
 }
 
 // pick chooses up to n Pods from the idx-th of those ok accepts, by name.
@@ -638,8 +663,8 @@ func (m *model) quorumCanReturn() bool {
 
 // simRun runs a schedule and its fault-free tail. It returns the
 // failures, the first of each kind, and how many tail passes reaching the
-// spec took (-1: not reached, and the status says why).
-func simRun(seed uint64, sc simSchedule, trace func(string, ...any)) (fails []*simFailure, passes int) {
+// spec took (-1: not reached, and the status says why, with reason why).
+func simRun(seed uint64, sc simSchedule, trace func(string, ...any)) (fails []*simFailure, passes int, why string) {
 	m := newModel(seed, clusterSpec{Size: sc.Size, Version: sc.Version})
 	m.trace = trace
 	for i, e := range sc.Events {
@@ -653,19 +678,28 @@ func simRun(seed uint64, sc simSchedule, trace func(string, ...any)) (fails []*s
 	m.at = len(sc.Events)
 	m.tracef("== tail: uncordon, no faults (lines that repeat the one before are left out)")
 	m.cordoned, m.quiet = false, true
+	if sc.Fix && m.specWhy() != "" {
+		for _, v := range []string{simV37, simV36} {
+			if m.runnable(v) {
+				m.tracef("== tail: spec.version %s", v)
+				m.apply(simEvent{Kind: evVersion, V: v})
+				break
+			}
+		}
+	}
 	var problems []simProblem
 	for p := 1; p <= livenessPasses; p++ {
 		m.pass(-1, false)
 		if problems = m.goal(); len(problems) == 0 {
 			m.tracef("spec reached after %d passes: %s", p, m.summary())
-			return m.fails, p
+			return m.fails, p, ""
 		}
 		m.tick()
 		m.traceOnce("summary", "   "+m.summary())
 	}
 	if m.excused(problems) {
 		m.tracef("spec not reached, and the status says why: %s", m.status.Message)
-		return m.fails, -1
+		return m.fails, -1, condOf(m.status, condProgressing).Reason
 	}
 	var details []string
 	for _, p := range problems {
@@ -681,7 +715,7 @@ func simRun(seed uint64, sc simSchedule, trace func(string, ...any)) (fails []*s
 	}
 	m.failf(kind, "after %d fault-free passes: %s; status %s %s Progressing=%s: %s\n    model: %s",
 		livenessPasses, strings.Join(details, "; "), m.status.Phase, m.status.Ready, prog.Reason, m.status.Message, m.summary())
-	return m.fails, 0
+	return m.fails, 0, ""
 }
 
 // rootOf names what keeps the cluster from its spec, for the kind of a
@@ -738,7 +772,7 @@ func shrink(seed uint64, sc simSchedule, kind string, deadline time.Time) (short
 			}
 			try := sc
 			try.Events = slices.Delete(slices.Clone(sc.Events), i, i+1)
-			if fails, _ := simRun(seed, try, nil); failedWith(fails, kind) != nil {
+			if fails, _, _ := simRun(seed, try, nil); failedWith(fails, kind) != nil {
 				sc, changed = try, true
 			}
 		}
@@ -768,16 +802,17 @@ func TestSimulation(t *testing.T) {
 	found := map[string]*finding{}
 	var kinds []string
 	start := time.Now()
-	runs, failed, maxPasses, excused := 0, 0, 0, 0
+	runs, failed, maxPasses := 0, 0, 0
+	excused := map[string]int{}
 	for seed := *simFirst; ; seed++ {
 		if *simSeeds > 0 && runs >= *simSeeds || *simSeeds == 0 && time.Since(start) > budget {
 			break
 		}
 		runs++
-		fails, passes := simRun(seed, genSchedule(seed), nil)
+		fails, passes, why := simRun(seed, genSchedule(seed), nil)
 		maxPasses = max(maxPasses, passes)
 		if passes < 0 {
-			excused++
+			excused[why]++
 		}
 		if len(fails) > 0 {
 			failed++
@@ -791,8 +826,14 @@ func TestSimulation(t *testing.T) {
 		}
 	}
 	elapsed := time.Since(start)
-	t.Logf("%d schedules in %v (%.0f/s); %d failed, %d kinds of failure; %d ended excused (the status says why); the longest tail took %d passes (bound %d)",
-		runs, elapsed.Round(time.Millisecond), float64(runs)/elapsed.Seconds(), failed, len(found), excused, maxPasses, livenessPasses)
+	reached := runs
+	var whys []string
+	for _, why := range slices.Sorted(maps.Keys(excused)) {
+		reached -= excused[why]
+		whys = append(whys, fmt.Sprintf("%s %d", why, excused[why]))
+	}
+	t.Logf("%d schedules in %v (%.0f/s); %d failed, %d kinds of failure; %d reached the spec, the longest tail in %d passes (bound %d); the others ended with a status that says why (%s)",
+		runs, elapsed.Round(time.Millisecond), float64(runs)/elapsed.Seconds(), failed, len(found), reached, maxPasses, livenessPasses, strings.Join(whys, ", "))
 	// Shrinking takes at most as long again as the run: a schedule that
 	// is not the shortest yet still shows the failure, and -sim.seed
 	// shrinks it to the end.
@@ -801,7 +842,7 @@ func TestSimulation(t *testing.T) {
 	for _, k := range kinds {
 		f := found[k]
 		sc, done := shrink(f.seed, genSchedule(f.seed), k, deadline)
-		fails, _ := simRun(f.seed, sc, nil)
+		fails, _, _ := simRun(f.seed, sc, nil)
 		short := failedWith(fails, k)
 		shortest := "shortest schedule"
 		if !done {
@@ -817,7 +858,7 @@ func TestSimulation(t *testing.T) {
 func replay(t *testing.T, seed uint64) {
 	sc := genSchedule(seed)
 	t.Logf("seed %d, schedule:\n%s", seed, sc)
-	fails, passes := simRun(seed, sc, t.Logf)
+	fails, passes, _ := simRun(seed, sc, t.Logf)
 	if len(fails) == 0 {
 		t.Logf("seed %d passes (tail: %d passes)", seed, passes)
 		return
@@ -834,7 +875,7 @@ func replay(t *testing.T, seed uint64) {
 	}
 	short, _ := shrink(seed, sc, kind, time.Time{})
 	t.Logf("---- trace of the shortest schedule for %s ----\n%s", kind, short)
-	sfails, _ := simRun(seed, short, t.Logf)
+	sfails, _, _ := simRun(seed, short, t.Logf)
 	f := failedWith(sfails, kind)
 	t.Errorf("seed %d: %s at entry %d: %s", seed, kind, f.At, f.Detail)
 }
@@ -960,7 +1001,7 @@ func TestSimulationLiveness(t *testing.T) {
 			{Kind: evDelete, A: 0, B: 2}}}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fails, passes := simRun(1, tc.sc, nil)
+			fails, passes, _ := simRun(1, tc.sc, nil)
 			for _, f := range fails {
 				t.Errorf("%s: %s", f.Kind, f.Detail)
 			}
