@@ -60,7 +60,10 @@ func startLoop(t *testing.T, f *fakeAPI) *loop {
 	l := &loop{ctl: ctl, clusters: make(chan event[*EtcdCluster]), pods: make(chan event[ownedEvent]),
 		services: make(chan event[ownedEvent]), claims: make(chan event[ownedEvent]), synced: make(chan struct{}), done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { defer close(l.done); ctl.run(ctx, l.clusters, l.pods, l.services, l.claims, l.synced, 1) }()
+	go func() {
+		defer close(l.done)
+		ctl.run(ctx, newQueue(), l.clusters, l.pods, l.services, l.claims, l.synced, 1)
+	}()
 	t.Cleanup(func() { l.finish(); cancel() })
 	return l
 }

@@ -70,10 +70,10 @@ func (c *controller) forgetDeleted(ec *EtcdCluster) {
 // run is the control loop. Pod, Service and PVC events are read only once
 // the first list of clusters is in (synced), so that each Pod is compared
 // with its cluster's status instead of sending every Pod's cluster to
-// work. It returns when the watchers have closed their channels and the
-// workers have finished.
-func (c *controller) run(ctx context.Context, clusters <-chan event[*EtcdCluster], pods, services, claims <-chan event[ownedEvent], synced <-chan struct{}, workers int) {
-	q := newQueue()
+// work. q is the work queue: main.go shares it with the Event recorder,
+// whose Events wait for it to be idle. It returns when the watchers have
+// closed their channels and the workers have finished.
+func (c *controller) run(ctx context.Context, q *queue, clusters <-chan event[*EtcdCluster], pods, services, claims <-chan event[ownedEvent], synced <-chan struct{}, workers int) {
 	c.expect = map[string]string{}
 	c.backups = newBackups(ctx, c)
 	defer c.backups.stop()

@@ -140,14 +140,15 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		stall: cfg.watchStall, pageSize: cfg.pageSize, log: log, marks: true}
 	rec := newRecorder(c, log)
 	ctl := &controller{client: c, log: log, image: cfg.image, operatorImage: cfg.operatorImage, events: rec, cache: newCache()}
+	q := newQueue()
 
 	var wg sync.WaitGroup
 	wg.Go(func() { cw.run(ctx, clusters) })
 	wg.Go(func() { pw.run(ctx, pods) })
 	wg.Go(func() { sw.run(ctx, services) })
 	wg.Go(func() { vw.run(ctx, claims) })
-	wg.Go(func() { rec.run(ctx) })
-	ctl.run(ctx, clusters, pods, services, claims, synced, cfg.workers)
+	wg.Go(func() { rec.run(ctx, q.idle) })
+	ctl.run(ctx, q, clusters, pods, services, claims, synced, cfg.workers)
 	wg.Wait()
 	log.Info("etcd-operator stopped")
 	return nil

@@ -44,6 +44,8 @@ type queue struct {
 	handled map[uuid.UUID]int64
 	// since counts the items done since memory was last handed back.
 	since int
+	// waiters are closed once no cluster waits or is being worked on.
+	waiters []chan struct{}
 }
 
 // burstSize is how many items make a burst worth handing memory back after.
@@ -140,7 +142,11 @@ func (q *queue) done(it item, ec *EtcdCluster, err error) (failures int, requeue
 		q.wake.Signal()
 	}
 	q.since++
-	release := len(q.busy) == 0 && len(q.order) == 0 && q.since >= burstSize
+	idle := len(q.busy) == 0 && len(q.order) == 0
+	if idle {
+		q.wakeWaiters()
+	}
+	release := idle && q.since >= burstSize
 	if release {
 		q.since = 0
 	}
@@ -178,7 +184,30 @@ func (q *queue) shutdown() {
 	q.mu.Lock()
 	q.stopped = true
 	q.wake.Broadcast()
+	q.wakeWaiters()
 	q.mu.Unlock()
+}
+
+// idle returns a channel that is closed once no cluster waits for a
+// worker or is being worked on: at once if none is.
+func (q *queue) idle() <-chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ch := make(chan struct{})
+	if q.stopped || len(q.busy) == 0 && len(q.order) == 0 {
+		close(ch)
+		return ch
+	}
+	q.waiters = append(q.waiters, ch)
+	return ch
+}
+
+// wakeWaiters closes the channels idle handed out. Callers hold q.mu.
+func (q *queue) wakeWaiters() {
+	for _, ch := range q.waiters {
+		close(ch)
+	}
+	q.waiters = nil
 }
 
 // alreadyHandled reports whether ec's generation was handled. Callers hold q.mu.

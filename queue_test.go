@@ -202,3 +202,46 @@ func TestRetryReadsTheClusterAgain(t *testing.T) {
 		t.Errorf("the retry after the cluster was deleted sent %v, want only %v", got, want)
 	}
 }
+
+// idle's channel closes once nothing waits for a worker and nothing is in
+// hand: at once on an empty queue, not while an item waits or is worked
+// on, and on shutdown.
+func TestQueueIdle(t *testing.T) {
+	isClosed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	q := newQueue()
+	if !isClosed(q.idle()) {
+		t.Error("an empty queue is not idle")
+	}
+	q.add(queued("a", 1, false))
+	q.add(queued("b", 1, false))
+	waiting := q.idle()
+	if isClosed(waiting) {
+		t.Fatal("idle while two clusters wait")
+	}
+	a, _ := q.get()
+	q.done(a, a.cluster, nil)
+	if isClosed(waiting) {
+		t.Fatal("idle while b waits")
+	}
+	b, _ := q.get()
+	if isClosed(waiting) || isClosed(q.idle()) {
+		t.Fatal("idle while b is worked on")
+	}
+	q.done(b, b.cluster, nil)
+	if !isClosed(waiting) {
+		t.Error("not idle once a and b are done")
+	}
+	q.add(queued("c", 1, false))
+	stopping := q.idle()
+	q.shutdown()
+	if !isClosed(stopping) {
+		t.Error("a queue shut down is still not idle")
+	}
+}

@@ -14,7 +14,8 @@
 //     (involvedObject) that `kubectl describe` lists under the object and
 //     `kubectl get events` shows for the namespace. They are best-effort, as
 //     in client-go: posted in the background at a modest rate of their own,
-//     dropped rather than let them slow the real work down.
+//     after the work they describe (a burst of new clusters gets its objects
+//     first), dropped rather than let them slow the real work down.
 package main
 
 import (
@@ -126,18 +127,22 @@ type recorder struct {
 	limit    *rateLimiter
 	instance string
 	dropped  atomic.Int64
+	// patience bounds how long an Event waits for the work it describes
+	// to be over.
+	patience time.Duration
 }
 
 type pendingEvent struct {
 	namespace string
 	body      []byte
+	at        time.Time
 }
 
 func newRecorder(c *client, log *slog.Logger) *recorder {
 	host, _ := os.Hostname()
 	// 10 Events a second after a burst of 25: a burst of clusters gets its
 	// objects first and its Events soon after.
-	return &recorder{client: c, log: log, queue: make(chan pendingEvent, 1024), limit: newRateLimiter(10, 25), instance: host}
+	return &recorder{client: c, log: log, queue: make(chan pendingEvent, 1024), limit: newRateLimiter(10, 25), instance: host, patience: time.Minute}
 }
 
 // record queues an Event about ec. It never blocks: when the queue is full
@@ -163,7 +168,7 @@ func (r *recorder) record(ec *EtcdCluster, typ, reason, message string) {
 		"firstTimestamp":     now, "lastTimestamp": now, "count": 1,
 	})
 	select {
-	case r.queue <- pendingEvent{namespace: ec.Metadata.Namespace, body: body}:
+	case r.queue <- pendingEvent{namespace: ec.Metadata.Namespace, body: body, at: time.Now()}:
 	default:
 		if n := r.dropped.Add(1); n == 1 || n%100 == 0 {
 			r.log.Warn("event queue full; dropping events", "cluster", ec.key(), "reason", reason, "droppedSoFar", n)
@@ -171,12 +176,19 @@ func (r *recorder) record(ec *EtcdCluster, typ, reason, message string) {
 	}
 }
 
-func (r *recorder) run(ctx context.Context) {
+// run posts the queued Events, each once idle is closed (the work queue
+// has nothing waiting or in hand) or r.patience after it was recorded.
+// Events describe the work and cost the API server as much as the work's
+// own requests: a burst of clusters gets its objects first.
+func (r *recorder) run(ctx context.Context, idle func() <-chan struct{}) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case ev := <-r.queue:
+			if idle != nil && !r.await(ctx, idle(), ev.at.Add(r.patience)) {
+				return
+			}
 			if r.limit.wait(ctx) != nil {
 				return
 			}
@@ -186,4 +198,18 @@ func (r *recorder) run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// await waits for idle to close or for the deadline, and reports false
+// if ctx ended first.
+func (r *recorder) await(ctx context.Context, idle <-chan struct{}, deadline time.Time) bool {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-t.C:
+	case <-ctx.Done():
+		return false
+	}
+	return true
 }

@@ -41,7 +41,7 @@ func TestEventRateLimit(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
-	go func() { defer close(stopped); r.run(ctx) }()
+	go func() { defer close(stopped); r.run(ctx, nil) }()
 	defer func() { cancel(); <-stopped }()
 	f.waitFor(fmt.Sprint(n, " events"), func() bool { return len(f.events) == n })
 	var at []time.Time
@@ -57,5 +57,55 @@ func TestEventRateLimit(t *testing.T) {
 	}
 	if burst >= paced {
 		t.Errorf("the first 25 events took %v, the next 5 %v; want the 25 at once", burst, paced)
+	}
+}
+
+// Events wait while the work queue is busy, so that a burst of clusters
+// gets its objects first, and go once it is idle, or after the recorder's
+// patience if it never is.
+func TestEventsWaitForTheWork(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		patience time.Duration
+		idleSoon bool
+	}{
+		{"the queue turns idle", time.Hour, true},
+		{"the queue stays busy", 50 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeAPI(t)
+			r := newRecorder(newClient(f.srv.URL, nil), slog.New(slog.DiscardHandler))
+			r.patience = tc.patience
+			q := newQueue()
+			q.add(queued("busy", 1, false))
+			it, _ := q.get()
+			asked := make(chan struct{}, 1)
+			idle := func() <-chan struct{} {
+				ch := q.idle()
+				asked <- struct{}{}
+				return ch
+			}
+			ec := &EtcdCluster{Metadata: objectMeta{Name: "example", Namespace: "default", UID: "u"}}
+			r.record(ec, eventNormal, reasonMemberCreated, "m")
+			ctx, cancel := context.WithCancel(context.Background())
+			stopped := make(chan struct{})
+			go func() { defer close(stopped); r.run(ctx, idle) }()
+			defer func() { cancel(); <-stopped }()
+			select {
+			case <-asked:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the recorder did not ask whether the work queue is idle")
+			}
+			if tc.idleSoon {
+				f.mu.Lock()
+				n := len(f.events)
+				f.mu.Unlock()
+				if n != 0 {
+					t.Fatalf("%d Events posted while the queue was busy", n)
+				}
+				q.done(it, it.cluster, nil)
+			}
+			f.waitFor("the Event", func() bool { return len(f.events) == 1 })
+		})
 	}
 }
