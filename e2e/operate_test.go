@@ -105,9 +105,30 @@ func (d *day2) wait(what string, timeout time.Duration, cond func(e2eStatus) boo
 		return st.ObservedGeneration == gen && cond(st), nil
 	})
 	if err != nil {
+		d.dumpMembers()
 		d.t.Fatalf("%v; last status: %+v", err, st)
 	}
 	return st
+}
+
+// dumpMembers logs the end of each member's etcd log: what etcd said is
+// the first thing to read when a cluster did not get where a test waited.
+func (d *day2) dumpMembers() {
+	out, err := cp.Kubectl("", "get", "pods", "-n", d.ns, "-l", "etcd.coreos.com/cluster="+d.name, "-o", "name")
+	if err != nil {
+		d.t.Logf("member Pods: %v", err)
+		return
+	}
+	for _, pod := range strings.Fields(out) {
+		pod = strings.TrimPrefix(pod, "pod/")
+		logs, err := cp.PodLogs(d.ns, pod, "etcd")
+		if err != nil {
+			d.t.Logf("etcd log of %s: %v", pod, err)
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(logs), "\n")
+		d.t.Logf("etcd log of %s, last %d lines:\n%s", pod, min(len(lines), 40), strings.Join(lines[max(0, len(lines)-40):], "\n"))
+	}
 }
 
 // record keeps every status the operator writes from now on (a watch
