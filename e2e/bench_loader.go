@@ -9,7 +9,10 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -189,6 +192,17 @@ func shallow(v any) map[string]any {
 	return m
 }
 
+// post sends one object. A connection cut before the answer was read
+// (kubectl proxy under a burst sometimes ends one mid-answer) is tried
+// once more: a 409 then says the first POST made it.
 func post(base string, r postReq) error {
-	return DoJSON(proxyClient, "POST", base+r.path, r.body, 201, nil)
+	err := DoJSON(proxyClient, "POST", base+r.path, r.body, 201, nil)
+	var uerr *url.Error
+	if !errors.Is(err, io.ErrUnexpectedEOF) && !errors.As(err, &uerr) {
+		return err
+	}
+	if err := DoJSON(proxyClient, "POST", base+r.path, r.body, 201, nil); err != nil && !strings.Contains(err.Error(), ": 409: ") {
+		return err
+	}
+	return nil
 }

@@ -57,6 +57,8 @@ func (b *bench) burst() error {
 		}
 		r.Ratios = append(r.Ratios, float64(ops[round])/float64(l16s[round]))
 		r.SameRatios = append(r.SameRatios, float64(ops[round])/float64(sames[round]))
+		b.say("round %d/%d: operator %v, objects loader %v (%.2f×), requests loader %v (%.2f×)", round+1, r.Rounds,
+			ops[round].Round(time.Millisecond), l16s[round].Round(time.Millisecond), r.Ratios[round], sames[round].Round(time.Millisecond), r.SameRatios[round])
 	}
 	r.Operator, r.Loader16, r.LoaderSame = median(ops), median(l16s), median(sames)
 	for _, p := range []struct {
