@@ -78,6 +78,7 @@ func TestInCluster(t *testing.T) {
 	// back. Steps that need a running cluster (a resize, an upgrade) start
 	// from one made with every verb.
 	const podsRule = "    resources: [pods, services]\n    verbs: [create, get, list, watch, delete]"
+	const claimsRule = "    resources: [persistentvolumeclaims]\n    verbs: [create, get, list, watch, delete, patch]"
 	for _, tc := range []struct {
 		name, from, to, can, want string
 		logOnly                   bool // no cluster's status can say it
@@ -123,9 +124,25 @@ func TestInCluster(t *testing.T) {
 		},
 		{
 			name: "no create on persistentvolumeclaims", can: "create persistentvolumeclaims",
-			from: "    resources: [persistentvolumeclaims]\n    verbs: [create, get, list, watch, delete, patch]",
+			from: claimsRule,
 			to:   "    resources: [persistentvolumeclaims]\n    verbs: [get, list, watch, delete, patch]",
 			want: `cannot create resource \"persistentvolumeclaims\"`,
+		},
+		{
+			// A scale-down deletes the removed member's claim last.
+			name: "no delete on persistentvolumeclaims", can: "delete persistentvolumeclaims",
+			from:   claimsRule,
+			to:     "    resources: [persistentvolumeclaims]\n    verbs: [create, get, list, watch, patch]",
+			want:   `cannot delete resource \"persistentvolumeclaims\"`,
+			change: func(name string) { applyCluster(t, Cluster{Namespace: ns, Name: name, Size: 2, Version: "v3.6.16"}) },
+		},
+		{
+			// Without it the claims' cache never fills, and each pass
+			// lists and is refused.
+			name: "no list on persistentvolumeclaims", can: "list persistentvolumeclaims", restart: true,
+			from: claimsRule,
+			to:   "    resources: [persistentvolumeclaims]\n    verbs: [create, get, watch, delete, patch]",
+			want: `cannot list resource \"persistentvolumeclaims\"`,
 		},
 		{
 			name: "no update on finalizers", can: "update etcdclusters.coreos.com --subresource=finalizers",
