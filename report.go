@@ -179,7 +179,9 @@ func (r *recorder) record(ec *EtcdCluster, typ, reason, message string) {
 // run posts the queued Events, each once idle is closed (the work queue
 // has nothing waiting or in hand) or r.patience after it was recorded.
 // Events describe the work and cost the API server as much as the work's
-// own requests: a burst of clusters gets its objects first.
+// own requests: a burst of clusters gets its objects first. The price: an
+// operator stopped during a burst loses the Events still waiting (the log
+// has what they said).
 func (r *recorder) run(ctx context.Context, idle func() <-chan struct{}) {
 	for {
 		select {
