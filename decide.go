@@ -73,6 +73,8 @@ type podView struct {
 	// InitialCluster and State are the etcd flags the Pod was created
 	// with: they tell a bootstrap Pod (state "new") from a joining one.
 	InitialCluster, State string
+	// Claim is the PVC holding the member's data; "" on emptyDir.
+	Claim string
 }
 
 // memberView is one etcd member as the leader's member list shows it,
@@ -760,6 +762,11 @@ func (d *decision) lost(m memberView) string {
 	switch {
 	case c != nil && c.Deleting:
 		return "its volume claim is being deleted, and its data with it"
+	case p != nil && p.Claim != "" && c == nil:
+		// The Pod was made (again) on a PVC deleted meanwhile: the Pod and
+		// PVC watches are separate streams, so the Pod's deletion can be
+		// seen before its PVC's. The scheduler keeps such a Pod Pending.
+		return "its volume claim is gone, and its data with it"
 	case d.onVolume(m.member()) && (p == nil || !p.Overdue):
 		// Its Pod comes back on the volume (restartOnVolumes), unless
 		// it is stuck on a node that is gone, with the volume.

@@ -59,6 +59,9 @@ type fakeAPI struct {
 	// falls behind does: the operator's cache then lags its own writes.
 	ownedLag  bool
 	ownedHeld []heldLine
+	// claimLag holds the PVC events back alone: the PVC watch is a stream
+	// of its own, and may fall behind the Pod watch.
+	claimLag bool
 	// fault, when set, may answer a request instead of the fake: it returns
 	// the HTTP code (0: no fault), a Retry-After value and a Status message.
 	fault func(r request) (code int, retryAfter, message string)
@@ -697,8 +700,15 @@ func (f *fakeAPI) serveCore(w http.ResponseWriter, r *http.Request, req request,
 		f.objects[key] = obj
 		f.notify()
 		if resource == "pods" {
+			unbound := f.unboundClaimLocked(ns, obj)
+			if unbound != "" {
+				// The scheduler keeps a Pod whose PVC is missing or being
+				// deleted Pending.
+				obj["status"] = map[string]any{"phase": "Pending", "conditions": []any{map[string]any{"type": "PodScheduled", "status": "False",
+					"reason": "Unschedulable", "message": unbound}}}
+			}
 			f.emitPodLocked("ADDED", obj)
-			if f.node {
+			if f.node && unbound == "" {
 				f.startPodLocked(ns, obj)
 			}
 		} else if resource == "persistentvolumeclaims" {
@@ -835,6 +845,26 @@ func (f *fakeAPI) deleteClaimLocked(ns, name string) {
 	f.forgetDataLocked(ns, obj["metadata"].(map[string]any)["labels"].(map[string]any)[labelCluster].(string))
 }
 
+// unboundClaimLocked says why pod cannot be scheduled for its PVCs, if it
+// cannot: one is missing or being deleted.
+func (f *fakeAPI) unboundClaimLocked(ns string, pod map[string]any) string {
+	vols, _ := pod["spec"].(map[string]any)["volumes"].([]any)
+	for _, v := range vols {
+		c, ok := v.(map[string]any)["persistentVolumeClaim"].(map[string]any)
+		if !ok {
+			continue
+		}
+		name := c["claimName"].(string)
+		switch obj := f.objects["persistentvolumeclaims/"+ns+"/"+name]; {
+		case obj == nil:
+			return fmt.Sprintf("persistentvolumeclaim %q not found", name)
+		case obj["metadata"].(map[string]any)["deletionTimestamp"] != nil:
+			return fmt.Sprintf("persistentvolumeclaim %q is being deleted", name)
+		}
+	}
+	return ""
+}
+
 // claimUsedLocked reports whether a Pod in ns mounts PVC name.
 func (f *fakeAPI) claimUsedLocked(ns, name string) bool {
 	for key, pod := range f.objects {
@@ -886,7 +916,7 @@ func (f *fakeAPI) emitOwnedLocked(history *[]watchEvent, streams *[]chan []byte,
 	ev := watchEvent{Type: typ, Object: mustJSON(obj)}
 	*history = append(*history, ev)
 	line := append(mustJSON(ev), '\n')
-	if f.ownedLag {
+	if f.ownedLag || f.claimLag && streams == &f.pvcStreams {
 		f.ownedHeld = append(f.ownedHeld, heldLine{streams, line})
 	} else {
 		for _, s := range *streams {
@@ -904,10 +934,17 @@ func (f *fakeAPI) lagOwned() {
 	f.ownedLag = true
 }
 
+// lagClaims holds the PVC watch events back until catchUpOwned.
+func (f *fakeAPI) lagClaims() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.claimLag = true
+}
+
 func (f *fakeAPI) catchUpOwned() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.ownedLag = false
+	f.ownedLag, f.claimLag = false, false
 	for _, h := range f.ownedHeld {
 		for _, s := range *h.streams {
 			s <- h.line

@@ -165,6 +165,9 @@ func (f *fakeAPI) syncPodsLocked(ns, base string) {
 		}
 		name := meta["name"].(string)
 		proc := f.procs[podKey(ns, name)]
+		if proc == nil && f.unboundClaimLocked(ns, pod) != "" {
+			continue // Pending: never scheduled
+		}
 		ready := false
 		var waiting map[string]any
 		if e != nil && proc != nil {

@@ -117,7 +117,9 @@ func (c *controller) run(ctx context.Context, q *queue, clusters <-chan event[*E
 				claimsIn = nil
 				continue
 			}
-			c.cache.apply("persistentvolumeclaims", ev)
+			if !c.cache.apply("persistentvolumeclaims", ev) {
+				c.claimEvent(q, ev)
+			}
 		}
 	}
 	q.shutdown()
@@ -174,6 +176,21 @@ func (c *controller) serviceEvent(q *queue, ev event[ownedEvent]) {
 	}
 	c.log.Debug("Service deleted; looking at its cluster", "service", s.Namespace+"/"+s.Name)
 	q.add(item{cluster: &EtcdCluster{Metadata: objectMeta{Namespace: s.Namespace, Name: s.Cluster}}, refresh: true})
+}
+
+// claimEvent queues the cluster of a PVC that someone else deleted or
+// began to delete (the operator's own deletions were awaited): its
+// member's data goes with it, and the pass replaces the member.
+func (c *controller) claimEvent(q *queue, ev event[ownedEvent]) {
+	cl := ev.Object
+	if cl.Cluster == "" || ev.Type != "DELETED" && (cl.Claim == nil || !cl.Claim.Deleting) {
+		return
+	}
+	if _, ok := c.expect[cl.Namespace+"/"+cl.Cluster]; !ok {
+		return
+	}
+	c.log.Debug("volume claim deleted; looking at its cluster", "claim", cl.Namespace+"/"+cl.Name, "event", ev.Type)
+	q.add(item{cluster: &EtcdCluster{Metadata: objectMeta{Namespace: cl.Namespace, Name: cl.Cluster}}, refresh: true})
 }
 
 // allPodsListed runs once every member Pod that exists is known: a cluster

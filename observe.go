@@ -49,6 +49,12 @@ type pod struct {
 			Image   string   `json:"image"`
 			Command []string `json:"command"`
 		} `json:"containers"`
+		Volumes []struct {
+			Name                  string `json:"name"`
+			PersistentVolumeClaim *struct {
+				ClaimName string `json:"claimName"`
+			} `json:"persistentVolumeClaim"`
+		} `json:"volumes"`
 	} `json:"spec"`
 	Status struct {
 		Phase      string `json:"phase"`
@@ -123,6 +129,11 @@ func (p *pod) cached() *cachedPod {
 					v.State = s
 				}
 			}
+		}
+	}
+	for _, vol := range p.Spec.Volumes {
+		if vol.Name == "data" && vol.PersistentVolumeClaim != nil {
+			v.Claim = vol.PersistentVolumeClaim.ClaimName
 		}
 	}
 	// An init container (a restored member's, restore.go) that cannot run

@@ -19,6 +19,7 @@ func TestDecodePodEvent(t *testing.T) {
 		name, raw string
 		cluster   string
 		ready     bool
+		claim     string
 	}{
 		{name: "ready", raw: `{"metadata":{"name":"example-0","namespace":"ns",` + owner + `},"status":{"conditions":[{"type":"Ready","status":"True"}]}}`,
 			cluster: "example", ready: true},
@@ -32,10 +33,14 @@ func TestDecodePodEvent(t *testing.T) {
 			ready: true},
 		{name: "not the controller", raw: `{"metadata":{"name":"x","namespace":"ns","ownerReferences":[{"apiVersion":"coreos.com/v1","kind":"EtcdCluster","name":"example","uid":"u"}]}}`,
 			cluster: ""},
+		{name: "data on a volume claim", raw: `{"metadata":{"name":"example-0","namespace":"ns",` + owner + `},"spec":{"volumes":[{"name":"restore","persistentVolumeClaim":{"claimName":"other"}},{"name":"data","persistentVolumeClaim":{"claimName":"example-0"}}]}}`,
+			cluster: "example", claim: "example-0"},
+		{name: "data on emptyDir", raw: `{"metadata":{"name":"example-0","namespace":"ns",` + owner + `},"spec":{"volumes":[{"name":"data","emptyDir":{}}]}}`,
+			cluster: "example"},
 	} {
 		got, _, err := decodePodEvent(json.RawMessage(tc.raw))
-		if err != nil || got.Namespace != "ns" || got.Cluster != tc.cluster || got.Pod == nil || (got.Pod.Ready && !got.Pod.Deleting) != tc.ready {
-			t.Errorf("%s: decodePodEvent = %+v (Pod %+v), %v; want cluster %q, ready %v", tc.name, got, got.Pod, err, tc.cluster, tc.ready)
+		if err != nil || got.Namespace != "ns" || got.Cluster != tc.cluster || got.Pod == nil || (got.Pod.Ready && !got.Pod.Deleting) != tc.ready || got.Pod.Claim != tc.claim {
+			t.Errorf("%s: decodePodEvent = %+v (Pod %+v), %v; want cluster %q, ready %v, claim %q", tc.name, got, got.Pod, err, tc.cluster, tc.ready, tc.claim)
 		}
 	}
 }

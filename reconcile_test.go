@@ -383,8 +383,35 @@ func TestDeletedMemberIsReplaced(t *testing.T) {
 			f.deleteClaim("default", "example-1")
 			f.deletePod("default", "example-1")
 		}},
+		// The PVC watch is behind the Pod watch: the operator sees the Pod
+		// gone, not yet its claim, and makes the Pod again on a claim that
+		// is gone; the scheduler keeps that Pod Pending for good.
+		{name: "its Pod's deletion seen before its claim's", spec: size(3), delete: func(f *fakeAPI) {
+			f.lagClaims()
+			f.deleteClaim("default", "example-1")
+			f.deletePod("default", "example-1")
+			f.waitFor("Pod example-1 made again on its deleted claim", func() bool {
+				p := f.objects["pods/default/example-1"]
+				return p != nil && p["status"].(map[string]any)["phase"] == "Pending"
+			})
+			f.catchUpOwned()
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { testReplaced(t, tc.spec, tc.delete) })
+	}
+}
+
+// A volume claim deleted while its member runs: nothing but the PVC's
+// watch tells of it (the Pod runs on, and the claim waits for it:
+// pvc-protection), to an operator that has nothing else to do.
+func TestClaimDeletedAloneIsReplaced(t *testing.T) {
+	f, _ := idleExample(t)
+	f.deleteClaim("default", "example-1")
+	waitStatus(f, "example", statusCheck{"Running after the replacement", func(st clusterStatus) bool {
+		return running(3).ok(st) && len(f.etcdLog) == 3
+	}})
+	if want := []string{"remove example-1", "add example-1", "promote example-1"}; !slices.Equal(f.membershipLog(), want) {
+		t.Errorf("membership changes = %v, want %v", f.membershipLog(), want)
 	}
 }
 

@@ -234,6 +234,12 @@ func TestDecideVolumes(t *testing.T) {
 		{name: "a volume claim being deleted: the member is replaced", in: onVolumes(3),
 			obs:    newWorld(3).do(withClaims("8Gi")).do(claim("example-1", func(c *claimView) { c.Deleting = true })).obs,
 			action: actRemoveMember, member: "example-1", phase: phaseReplacing},
+		{name: "a Pod made again on a claim deleted meanwhile: the member is replaced", in: onVolumes(3),
+			obs: newWorld(3).do(withClaims("8Gi")).down("example-1").do(func(w *world) {
+				w.pod("example-1").Claim, w.pod("example-1").Phase = "example-1", "Pending"
+				w.obs.Claims = slices.DeleteFunc(w.obs.Claims, func(c claimView) bool { return c.Name == "example-1" })
+			}).obs,
+			action: actRemoveMember, member: "example-1", phase: phaseReplacing},
 		{name: "a removed member's claim: deleted", in: onVolumes(2), obs: newWorld(2).do(withClaims("8Gi")).do(func(w *world) {
 			w.obs.Claims = append(w.obs.Claims, claimView{Name: "example-2", Phase: "Bound", Size: "8Gi"})
 		}).obs, action: actDeleteClaim, member: "example-2", phase: phaseScaling},
