@@ -409,6 +409,32 @@ func TestVolumeMembers(t *testing.T) {
 			t.Errorf("the key written first reads %q", v)
 		}
 	})
+	// Nothing but the PVC watch tells of this one: the Pod runs on, and
+	// the claim waits for it (pvc-protection) until the operator replaces
+	// the member.
+	t.Run("a claim deleted alone", func(t *testing.T) {
+		m, prev := d.member(1), ids()
+		oldClaim := getClaimUID(t, d.ns, m)
+		if _, err := cp.Kubectl("", "delete", "pvc", "-n", d.ns, "--wait=false", m); err != nil {
+			t.Fatal(err)
+		}
+		err := Eventually(3*time.Minute, "a second MemberReplaced event", func() (bool, error) { return d.events("MemberReplaced") == 2, nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		after := ids()
+		for name, id := range prev {
+			if name == m && id == after[name] || name != m && id != after[name] {
+				t.Errorf("member %s: ID %s before, %s after; want only %s's new", name, id, after[name], m)
+			}
+		}
+		if uid := getClaimUID(t, d.ns, m); uid == "" || uid == oldClaim {
+			t.Errorf("claim %s uid %q (was %q), want a fresh claim", m, uid, oldClaim)
+		}
+		if v := d.get("/before"); v != "volumes" {
+			t.Errorf("the key written first reads %q", v)
+		}
+	})
 	t.Run("scale 3 -> 5 -> 3", func(t *testing.T) {
 		for _, n := range []int{5, 3} {
 			d.apply(n, "")
