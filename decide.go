@@ -650,6 +650,8 @@ func (d *decision) cannotJoin(m memberView, p *podView) string {
 	switch {
 	case p == nil:
 		return "its Pod is gone, and its data with it"
+	case p.Claim != "" && (d.claims[p.Claim] == nil || d.claims[p.Claim].Deleting):
+		return "its volume claim is gone or being deleted: its Pod cannot be scheduled"
 	case p.Deleting:
 		return "its Pod is being deleted"
 	case p.Phase == "Failed" || p.Phase == "Succeeded":
@@ -740,20 +742,36 @@ func (d *decision) startStep(m memberView) step {
 // is gone, Failed or being deleted (with emptyDir its data goes with it),
 // or etcd keeps exiting in a Pod whose image runs fine in another member
 // (its data was wiped: it came back under its old ID with nothing).
+//
+// A lost member whose removal would cost quorum (it still runs, and
+// another is down) waits; another lost member may be removed meanwhile,
+// and a cluster below spec.size grows first: a learner costs no quorum.
 func (d *decision) replaceLostMembers() (step, bool) {
+	var blocked string
+	voters, _ := d.voters()
 	for _, m := range d.obs.Etcd.Members {
 		why := d.lost(m)
 		if why == "" {
 			continue
 		}
 		if !d.withoutOK(m, true) {
-			return d.wait(phaseDegraded, reasonWaitingForQuorum, fmt.Sprintf("member %s must be replaced (%s), but removing it now could cost quorum", m.member(), why)), true
+			switch {
+			case blocked != "":
+			case voters == 1 && !m.Learner:
+				blocked = fmt.Sprintf("member %s must be replaced (%s), but it is the only voter: raise spec.size to move its data to new members first, or take a backup", m.member(), why)
+			default:
+				blocked = fmt.Sprintf("member %s must be replaced (%s), but removing it now could cost quorum", m.member(), why)
+			}
+			continue
 		}
 		s := d.removeStep(m)
 		s.News = []notice{{eventWarning, reasonMemberReplaced, fmt.Sprintf("member %s is replaced: %s; it is removed from etcd and a new member with empty data joins under the same name", m.member(), why)}}
 		return d.progress(phaseReplacing, reasonReplacingMember, fmt.Sprintf("replacing member %s (%s): removing it from etcd first", m.member(), why), s), true
 	}
-	return step{}, false
+	if blocked == "" || len(d.obs.Etcd.Members) < d.in.Spec.Size {
+		return step{}, false
+	}
+	return d.wait(phaseDegraded, reasonWaitingForQuorum, blocked), true
 }
 
 // lost says why a voter is lost for good, if it is.
@@ -767,6 +785,9 @@ func (d *decision) lost(m memberView) string {
 		// PVC watches are separate streams, so the Pod's deletion can be
 		// seen before its PVC's. The scheduler keeps such a Pod Pending.
 		return "its volume claim is gone, and its data with it"
+	case p != nil && !m.Answered && p.Waiting == "CrashLoopBackOff" && d.runsElsewhere(m, p.Image):
+		// On a volume too: its data is damaged or gone (a disk replaced).
+		return "etcd keeps exiting in its Pod (CrashLoopBackOff) with an image that runs in other members: its data is lost or damaged"
 	case d.onVolume(m.member()) && (p == nil || !p.Overdue):
 		// Its Pod comes back on the volume (restartOnVolumes), unless
 		// it is stuck on a node that is gone, with the volume.
@@ -776,8 +797,6 @@ func (d *decision) lost(m memberView) string {
 		return "its Pod is " + p.Phase
 	case p.Deleting:
 		return "its Pod is being deleted"
-	case !m.Answered && p.Waiting == "CrashLoopBackOff" && d.runsElsewhere(m, p.Image):
-		return "etcd keeps exiting in its Pod (CrashLoopBackOff) with an image that runs in other members: its data is lost or damaged"
 	}
 	return ""
 }

@@ -65,7 +65,8 @@ const (
 	evCordon     = "cordon"      // new Pods stay Pending
 	evUncordon   = "uncordon"    //
 	evStrand     = "strand"      // the A-th Pod's node is lost: deleted, Terminating forever
-	evEvict      = "evict"       // the A-th running Pod is evicted: Failed, its data gone
+	evEvict      = "evict"       // the A-th running Pod is evicted: Failed, its data gone (kept on a PVC)
+	evClaim      = "claim"       // delete the A-th claim (among those not being deleted); B=1: its watch event comes late
 	evStatusLoss = "status-loss" // the status is lost: in.Prev is empty
 	evSize       = "size"        // spec.size = A
 	evVersion    = "version"     // spec.version = V
@@ -92,6 +93,8 @@ func (e simEvent) String() string {
 		return fmt.Sprintf("%s %d from #%d", e.Kind, e.B, e.A)
 	case evWipe, evStrand, evEvict:
 		return fmt.Sprintf("%s #%d", e.Kind, e.A)
+	case evClaim:
+		return fmt.Sprintf("delete claim #%d%s", e.A, map[bool]string{true: " (seen late)"}[e.B == 1])
 	case evSize:
 		return fmt.Sprintf("spec.size %d", e.A)
 	case evVersion:
@@ -103,6 +106,7 @@ func (e simEvent) String() string {
 type simSchedule struct {
 	Size    int
 	Version string
+	Volumes bool // members on PVCs, not emptyDir
 	Events  []simEvent
 	// Fix: the tail starts with spec.version set to one that runs, if it
 	// names one that cannot, as a user does who reads the status.
@@ -111,7 +115,7 @@ type simSchedule struct {
 
 func (sc simSchedule) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "create: spec.size %d, spec.version %s\n", sc.Size, sc.Version)
+	fmt.Fprintf(&b, "create: spec.size %d, spec.version %s, %s\n", sc.Size, sc.Version, map[bool]string{true: "members on PVCs", false: "members on emptyDir"}[sc.Volumes])
 	for i, e := range sc.Events {
 		fmt.Fprintf(&b, "  %3d %s\n", i, e)
 	}
@@ -136,6 +140,7 @@ func genSchedule(seed uint64) simSchedule {
 	// must say so; at the lower rates most must end at the spec.
 	calm := []int{1, 3, 10}[r.IntN(3)]
 	sc.Fix = r.IntN(2) == 0
+	sc.Volumes = r.IntN(2) == 0
 	n := 20 + r.IntN(100)
 	for len(sc.Events) < n {
 		var e simEvent
@@ -166,6 +171,8 @@ func genSchedule(seed uint64) simSchedule {
 			e = simEvent{Kind: evEvict, A: r.IntN(7)}
 		case w < 87:
 			e = simEvent{Kind: evStatusLoss}
+		case w < 88 && sc.Volumes:
+			e = simEvent{Kind: evClaim, A: r.IntN(7), B: r.IntN(2)}
 		case w < 94:
 			e = simEvent{Kind: evSize, A: 1 + r.IntN(7)}
 		default:
@@ -183,7 +190,7 @@ func genSchedule(seed uint64) simSchedule {
 // node, the status).
 func faulty(kind string) bool {
 	switch kind {
-	case evDelete, evKill, evWipe, evCordon, evStrand, evEvict, evStatusLoss:
+	case evDelete, evKill, evWipe, evCordon, evStrand, evEvict, evStatusLoss, evClaim:
 		return true
 	}
 	return false
@@ -235,6 +242,16 @@ func (m *model) apply(e simEvent) {
 	case evEvict:
 		for _, p := range m.pick(e.A, 1, func(p *simPod) bool { return alive(p) && p.Phase == "Running" }) {
 			m.evict(p)
+		}
+	case evClaim:
+		var names []string
+		for _, n := range m.claimNames() {
+			if !m.claims[n].Deleting {
+				names = append(names, n)
+			}
+		}
+		if len(names) > 0 {
+			m.deleteClaim(names[e.A%len(names)], e.B == 1)
 		}
 	case evStatusLoss:
 		m.status, m.statusLost = clusterStatus{}, true
@@ -424,6 +441,12 @@ func (m *model) checkStep(s step) {
 		if mb := c.byHost(s.Member); mb != nil && m.pods[s.Member] != nil && m.pods[s.Member].Data == mb.ID && m.healthy(mb) {
 			m.failf("deleted-healthy", "deleting the Pod of healthy member %s", s.Member)
 		}
+	case actDeleteClaim:
+		// A member's data must go only with the member: its claim is
+		// deleted once etcd no longer lists it.
+		if mb := c.byHost(s.Member); mb != nil {
+			m.failf("deleted-member-claim", "deleting claim %s of member %s, which etcd lists (%s)", s.Member, mb.Host, m.memberState(mb))
+		}
 	}
 }
 
@@ -533,6 +556,19 @@ func (m *model) goal() []simProblem {
 	if !m.svcs[simBase+"-client"] {
 		add("missing-service", "no client Service")
 	}
+	if m.volumes {
+		for _, mb := range c.Members {
+			if cl := m.claims[mb.Host]; cl == nil || cl.Deleting || cl.Data != mb.ID {
+				addMember(mb, "member-claim", "member %s has no claim with its data", mb.Host)
+			}
+		}
+		// A claim held by a Pod stuck Terminating goes only with it.
+		for _, n := range m.claimNames() {
+			if p := m.pods[n]; !members[n] && !(p != nil && p.Stuck) {
+				add("leftover-claim", "claim %s is no member's", n)
+			}
+		}
+	}
 	st := m.status
 	if st.Phase != phaseRunning || st.Ready != fmt.Sprintf("%d/%d", m.spec.Size, m.spec.Size) || condOf(st, condAvailable).Status != "True" {
 		add("status", "status %s %s Available=%s: %s", st.Phase, st.Ready, condOf(st, condAvailable).Status, st.Message)
@@ -581,6 +617,16 @@ func (m *model) excused(problems []simProblem) bool {
 		return !m.runnable(m.spec.Version)
 	case "UpgradeNeedsMembers":
 		return m.spec.Size < 3 && onlyVersion
+	case "WaitingForQuorum":
+		// The only voter's claim is being deleted: it cannot be removed,
+		// and the status asks for more members first.
+		if c := m.etcd; c != nil && c.voters() == 1 && len(c.Members) >= m.spec.Size {
+			for _, mb := range c.Members {
+				if cl := m.claims[mb.Host]; !mb.Learner && cl != nil && cl.Deleting {
+					return strings.Contains(m.status.Message, "raise spec.size")
+				}
+			}
+		}
 	}
 	return false
 }
@@ -654,6 +700,13 @@ func (m *model) quorumCanReturn() bool {
 		if !mb.Learner && p != nil && p.Data == mb.ID && !p.Deleting && p.Phase != "Failed" &&
 			(m.runnable(tagOf(p.Image)) || m.runnable(m.spec.Version)) {
 			n++
+			continue
+		}
+		// On a volume, a member's Pod is made again (or its image set
+		// back) as long as its claim holds its data.
+		if c := m.claims[mb.Host]; !mb.Learner && c != nil && c.Data == mb.ID && !c.Deleting && !c.Lost &&
+			(p == nil || !p.Stuck) && (p == nil || m.runnable(tagOf(p.Image)) || m.runnable(m.spec.Version)) {
+			n++
 		}
 	}
 	return n >= quorum(m.etcd.voters())
@@ -665,7 +718,7 @@ func (m *model) quorumCanReturn() bool {
 // failures, the first of each kind, and how many tail passes reaching the
 // spec took (-1: not reached, and the status says why, with reason why).
 func simRun(seed uint64, sc simSchedule, trace func(string, ...any)) (fails []*simFailure, passes int, why string) {
-	m := newModel(seed, clusterSpec{Size: sc.Size, Version: sc.Version})
+	m := newModel(seed, clusterSpec{Size: sc.Size, Version: sc.Version}, sc.Volumes)
 	m.trace = trace
 	for i, e := range sc.Events {
 		m.at = i
@@ -885,8 +938,8 @@ func replay(t *testing.T, seed uint64) {
 // true, is reported with its kind.
 func TestSimulationChecks(t *testing.T) {
 	// formed is a 3-member cluster, all healthy, its status written.
-	formed := func() *model {
-		m := newModel(1, clusterSpec{Size: 3, Version: simV36})
+	formed := func(volumes bool) *model {
+		m := newModel(1, clusterSpec{Size: 3, Version: simV36}, volumes)
 		for _, e := range []simEvent{{Kind: evPass, A: -1}, {Kind: evTick}, {Kind: evPass, A: -1}} {
 			m.apply(e)
 		}
@@ -897,53 +950,58 @@ func TestSimulationChecks(t *testing.T) {
 	}
 	id := func(m *model, host string) string { return fmt.Sprint(m.etcd.byHost(host).ID) }
 	for _, tc := range []struct {
-		name  string
-		check func(m *model)
-		want  []string
+		name    string
+		check   func(m *model)
+		want    []string
+		volumes bool
 	}{
 		{"restarting a voter while another is down", func(m *model) {
 			m.kill(m.pods["sim-1"])
 			m.checkStep(step{Action: actUpgrade, Member: "sim-0", Image: repo + ":" + simV37})
-		}, []string{"quorum", "upgrade-while-unhealthy"}},
+		}, []string{"quorum", "upgrade-while-unhealthy"}, false},
 		{"removing a healthy voter while another is down", func(m *model) {
 			m.kill(m.pods["sim-1"])
 			m.checkStep(step{Action: actRemoveMember, Member: "sim-0", ID: id(m, "sim-0")})
-		}, []string{"quorum"}},
+		}, []string{"quorum"}, false},
 		{"adding a member while a learner exists", func(m *model) {
 			if err := m.addMember("sim-3"); err != nil {
 				t.Fatal(err)
 			}
 			m.checkStep(step{Action: actAddMember, Member: "sim-4"})
-		}, []string{"two-changes"}},
+		}, []string{"two-changes"}, false},
 		{"deleting a healthy member's Pod", func(m *model) {
 			m.checkStep(step{Action: actDeletePod, Member: "sim-2"})
-		}, []string{"deleted-healthy"}},
+		}, []string{"deleted-healthy"}, false},
+		{"deleting the claim of a member etcd lists", func(m *model) {
+			m.kill(m.pods["sim-2"])
+			m.checkStep(step{Action: actDeleteClaim, Member: "sim-2"})
+		}, []string{"deleted-member-claim"}, true},
 		{"a bootstrap Pod after the cluster formed", func(m *model) {
 			m.deletePod(m.pods["sim-2"])
 			m.tick()
 			m.act(m.input(), m.observe(m.status.CurrentVersion), step{Action: actBootstrap, Members: []string{"sim-0", "sim-1", "sim-2"}})
-		}, []string{"bootstrap-again"}},
+		}, []string{"bootstrap-again"}, false},
 		{"a status that was true before a quorum was lost", func(m *model) {
 			st, _ := decide(m.input(), m.observe(m.status.CurrentVersion))
 			m.kill(m.pods["sim-0"])
 			m.kill(m.pods["sim-1"])
 			m.checkStatus(st, m.truth())
-		}, []string{"status-ready-lie", "status-available", "status-degraded-false", "status-running"}},
+		}, []string{"status-ready-lie", "status-available", "status-degraded-false", "status-running"}, false},
 		{"a READY column that does not count the ready members", func(m *model) {
 			st, _ := decide(m.input(), m.observe(m.status.CurrentVersion))
 			st.Ready = "2/3"
 			m.checkStatus(st, m.truth())
-		}, []string{"status-count"}},
+		}, []string{"status-count"}, false},
 		{"a quorum message that counts other members", func(m *model) {
 			st, _ := decide(m.input(), m.observe(m.status.CurrentVersion))
 			st.Message = "quorum lost: 1 of 5 voting members answer, 3 needed"
 			m.checkStatus(st, m.truth())
-		}, []string{"status-quorum-message"}},
+		}, []string{"status-quorum-message"}, false},
 		{"a version above a member's", func(m *model) {
 			st, _ := decide(m.input(), m.observe(m.status.CurrentVersion))
 			st.CurrentVersion = "3.7.3"
 			m.checkStatus(st, m.truth())
-		}, []string{"status-version"}},
+		}, []string{"status-version"}, false},
 		{"degraded while all is well", func(m *model) {
 			st, _ := decide(m.input(), m.observe(m.status.CurrentVersion))
 			for i, c := range st.Conditions {
@@ -952,10 +1010,10 @@ func TestSimulationChecks(t *testing.T) {
 				}
 			}
 			m.checkStatus(st, m.truth())
-		}, []string{"status-degraded-true"}},
+		}, []string{"status-degraded-true"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := formed()
+			m := formed(tc.volumes)
 			tc.check(m)
 			var got []string
 			for _, f := range m.fails {

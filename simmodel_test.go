@@ -13,7 +13,12 @@
 //   - the kubelet: scheduling (a cordoned node leaves new Pods Pending),
 //     image pulls, restarts with back-off, readiness probes that lag,
 //     graceful and stuck deletion, eviction. A member's data lives on the
-//     Pod's emptyDir and goes with it.
+//     Pod's emptyDir and goes with it, or on its PersistentVolumeClaim
+//     (half the schedules): a Pod is scheduled only while its claim is
+//     there and not being deleted; a claim deleted while a Pod uses it
+//     stays until the Pod is gone (pvc-protection); a node lost takes its
+//     local volume with it. The PVC watch may lag behind the Pod watch: a
+//     claim's deletion by someone else can be seen a tick late.
 //   - the operator: observe, the real decide, act and the status write of
 //     main.go, one request at a time, so that the operator can die between
 //     any two of them.
@@ -86,9 +91,18 @@ func (c *simEtcd) voters() int {
 	return n
 }
 
+// simClaim is one member's PVC and the data on its volume.
+type simClaim struct {
+	Deleting bool   // deletionTimestamp set: gone once no Pod uses it
+	Lost     bool   // its node is gone (a local volume): no Pod runs on it again
+	Data     uint64 // the member whose data the volume holds; 0: none
+	stale    bool   // the data of a member of a cluster that is gone
+}
+
 // simPod is one member Pod and the etcd process in it.
 type simPod struct {
 	Name, Image           string
+	Claim                 string // the PVC its data is on; "" on emptyDir
 	State, InitialCluster string // the etcd flags it was created with
 	Phase                 string // Pending, Running or Failed
 	Scheduled             bool   // bound to a node (a cordoned node takes no new Pods)
@@ -115,7 +129,7 @@ func (p *simPod) view() podView {
 	// A stuck Pod's grace period ends and it stays: overdue.
 	return podView{Name: p.Name, Phase: p.Phase, Ready: p.Ready, Deleting: p.Deleting, Overdue: p.Stuck, Image: p.Image,
 		Waiting: p.Waiting, WaitingMessage: p.WaitingMsg,
-		InitialCluster: p.InitialCluster, State: p.State}
+		InitialCluster: p.InitialCluster, State: p.State, Claim: p.Claim}
 }
 
 // Versions. Tags are spec.version values; unpullable and broken ones model
@@ -142,13 +156,19 @@ func brokenImage(image string) bool { return strings.HasSuffix(image, ":"+simBro
 
 // model is the world of one simulated run.
 type model struct {
-	rng      *rand.Rand
-	now      int
-	spec     clusterSpec
-	gen      int64
-	status   clusterStatus // the EtcdCluster's status: in.Prev of the next pass
-	pods     map[string]*simPod
-	svcs     map[string]bool
+	rng     *rand.Rand
+	now     int
+	spec    clusterSpec
+	gen     int64
+	status  clusterStatus // the EtcdCluster's status: in.Prev of the next pass
+	pods    map[string]*simPod
+	svcs    map[string]bool
+	volumes bool                 // members keep their data on PVCs
+	claims  map[string]*simClaim // by name: the member's
+	// lagged: the operator's view of claims whose change by someone else
+	// its PVC watch has not shown yet, until tick lagUntil.
+	lagged   map[string]*simClaim
+	lagUntil int
 	etcd     *simEtcd
 	cordoned bool
 	// formed: the operator has recorded a cluster ID (a status written
@@ -176,14 +196,17 @@ type model struct {
 	last   map[string]string // traceOnce's last line by key
 }
 
-func newModel(seed uint64, spec clusterSpec) *model {
-	// The model keeps each member's data on emptyDir, lost with its Pod;
-	// members on PersistentVolumeClaims are not modeled yet.
+// newModel: the members keep their data on PVCs if volumes, else on
+// emptyDir.
+func newModel(seed uint64, spec clusterSpec, volumes bool) *model {
 	spec.Storage = storageSpec{EmptyDir: true}
+	if volumes {
+		spec.Storage = storageSpec{Size: defaultStorageSize}
+	}
 	m := &model{
 		rng:  rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		spec: spec, gen: 1,
-		pods: map[string]*simPod{}, svcs: map[string]bool{},
+		spec: spec, gen: 1, volumes: volumes,
+		pods: map[string]*simPod{}, svcs: map[string]bool{}, claims: map[string]*simClaim{}, lagged: map[string]*simClaim{},
 		usedIDs: map[uint64]bool{}, ran: map[uint64]string{}, accepted: map[string]bool{},
 		killAt: -1,
 	}
@@ -232,6 +255,25 @@ func (m *model) podNames() []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+func (m *model) claimNames() []string {
+	names := make([]string, 0, len(m.claims))
+	for n := range m.claims {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// used: a Pod mounts claim name.
+func (m *model) used(name string) bool {
+	for _, p := range m.pods {
+		if p.Claim == name {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *model) svcNames() []string {
@@ -432,6 +474,9 @@ func (m *model) start(p *simPod) string {
 		return "broken: panic in the release"
 	}
 	p.Up, p.UpSince, p.Data, p.Exit = true, m.now, mb.ID, ""
+	if c := m.claims[p.Claim]; c != nil {
+		c.Data, c.stale = mb.ID, false
+	}
 	mb.Name = p.Name
 	m.ran[mb.ID] = strings.TrimPrefix(tag, "v")
 	return ""
@@ -457,16 +502,31 @@ func (m *model) reap() {
 	if m.etcd == nil {
 		return
 	}
+	// A learner's data makes no cluster: only voters' data can elect.
+	voter := func(id uint64) bool { mb := m.etcd.byID(id); return mb != nil && !mb.Learner }
 	for _, p := range m.pods {
-		if p.Data != 0 && m.etcd.byID(p.Data) != nil {
+		if p.Data != 0 && voter(p.Data) {
 			return
 		}
 	}
-	m.tracef("etcd: the cluster's data is gone with its Pods")
+	for _, c := range m.claims {
+		if c.Data != 0 && !c.Lost && voter(c.Data) {
+			return
+		}
+	}
+	m.tracef("etcd: the cluster's data is gone with its Pods and volumes")
 	m.etcd = nil
 	for _, p := range m.pods {
 		if p.Data != 0 {
+			if p.Up {
+				m.crash(p, "stale: its data is of a cluster that is gone")
+			}
 			p.Data, p.staleData = 0, true // a removed member's
+		}
+	}
+	for _, c := range m.claims {
+		if c.Data != 0 {
+			c.Data, c.stale = 0, true
 		}
 	}
 }
@@ -478,6 +538,11 @@ func (m *model) dataAlive() bool {
 	}
 	for _, p := range m.pods {
 		if p.Data != 0 && !p.Deleting && m.etcd.byID(p.Data) != nil {
+			return true
+		}
+	}
+	for _, c := range m.claims {
+		if c.Data != 0 && !c.Deleting && !c.Lost && m.etcd.byID(c.Data) != nil {
 			return true
 		}
 	}
@@ -497,6 +562,15 @@ func (m *model) tick() {
 			delete(m.pods, n)
 		}
 	}
+	for _, n := range m.claimNames() {
+		if m.claims[n].Deleting && !m.used(n) {
+			m.tracef("claim %s is gone", n)
+			delete(m.claims, n)
+		}
+	}
+	if m.now >= m.lagUntil {
+		clear(m.lagged)
+	}
 	m.reap()
 	for _, n := range m.podNames() {
 		// The broken release runs a tick, then panics, and panics at every
@@ -512,10 +586,17 @@ func (m *model) tick() {
 			continue
 		}
 		if !p.Scheduled {
-			if m.cordoned {
+			c := m.claims[p.Claim]
+			switch {
+			case m.cordoned:
 				continue // Pending: no node takes it
+			case p.Claim != "" && (c == nil || c.Deleting || c.Lost):
+				continue // Pending: its claim is missing, going, or on a lost node
 			}
 			p.Scheduled = true
+			if c != nil {
+				p.Data, p.staleData = c.Data, c.stale // the data on its volume
+			}
 		}
 		if unpullable(p.Image) {
 			p.Waiting, p.WaitingMsg = "ImagePullBackOff", fmt.Sprintf("Back-off pulling image %q", p.Image)
@@ -584,10 +665,29 @@ func (m *model) deletePod(p *simPod) {
 
 func (m *model) kill(p *simPod) { m.crash(p, "killed") }
 
+// deleteClaim: someone deletes a member's PVC; with lag, the operator's
+// PVC watch shows it only after the next tick (the Pod watch, a stream of
+// its own, may show the Pod's deletion first).
+func (m *model) deleteClaim(name string, lag bool) {
+	c := m.claims[name]
+	if c == nil || c.Deleting {
+		return
+	}
+	if lag {
+		before := *c
+		m.lagged[name], m.lagUntil = &before, m.now+2
+	}
+	m.tracef("claim %s deleted (its watch event %s)", name, map[bool]string{true: "late", false: "on time"}[lag])
+	c.Deleting = true
+}
+
 // wipe loses a member's data while its Pod lives: etcd fails, and every
 // restart starts from an empty data dir.
 func (m *model) wipe(p *simPod) {
 	p.Data, p.staleData = 0, false
+	if c := m.claims[p.Claim]; c != nil {
+		c.Data, c.stale = 0, false
+	}
 	m.crash(p, "wiped: data dir lost")
 	m.reap()
 }
@@ -596,12 +696,15 @@ func (m *model) wipe(p *simPod) {
 // there, data included, is out of reach.
 func (m *model) strand(p *simPod) {
 	p.Deleting, p.Stuck, p.Data = true, true, 0
+	if c := m.claims[p.Claim]; c != nil {
+		c.Lost, c.Data = true, 0 // a local volume, on that node
+	}
 	m.stop(p, "node lost")
 	m.reap()
 }
 
 // evict: the kubelet kills the Pod for node pressure; it stays, Failed,
-// and its emptyDir is cleaned up.
+// and its emptyDir is cleaned up (a PVC keeps its data).
 func (m *model) evict(p *simPod) {
 	p.Phase, p.Data, p.Waiting, p.WaitingMsg = "Failed", 0, "", ""
 	m.stop(p, "evicted")
@@ -642,6 +745,19 @@ func (m *model) observe(known string) observed {
 		}
 	}
 	obs.Services = m.svcNames()
+	for _, n := range m.claimNames() {
+		c := m.claims[n]
+		if l := m.lagged[n]; l != nil {
+			c = l
+		}
+		obs.Claims = append(obs.Claims, claimView{Name: n, Deleting: c.Deleting, Phase: "Bound", Size: defaultStorageSize})
+	}
+	for n, l := range m.lagged {
+		if m.claims[n] == nil { // gone, and not seen to go
+			obs.Claims = append(obs.Claims, claimView{Name: n, Deleting: l.Deleting, Phase: "Bound", Size: defaultStorageSize})
+		}
+	}
+	slices.SortFunc(obs.Claims, func(a, b claimView) int { return strings.Compare(a.Name, b.Name) })
 	v := &obs.Etcd
 	if len(running) > 0 {
 		v.AnsweredPods = []string{}
@@ -884,7 +1000,40 @@ func (m *model) createPod(name, image, initialCluster, state string) error {
 			name, map[bool]string{true: "still lives", false: "is gone, the status is not"}[m.dataAlive()])
 	}
 	m.tracef("operator creates Pod %s (%s, state %s, --initial-cluster=%s)", name, tagOf(image), state, initialCluster)
-	m.pods[name] = &simPod{Name: name, Image: image, State: state, InitialCluster: initialCluster, Phase: "Pending"}
+	p := &simPod{Name: name, Image: image, State: state, InitialCluster: initialCluster, Phase: "Pending"}
+	if m.volumes {
+		p.Claim = name
+	}
+	m.pods[name] = p
+	return nil
+}
+
+// createClaim: a fresh volume. The operator waits for its own writes to
+// show in its watches, and the PVC watch is one ordered stream: once its
+// write shows, so does every change before it.
+func (m *model) createClaim(name string) error {
+	if err := m.request("creating claim " + name); err != nil {
+		return err
+	}
+	clear(m.lagged)
+	if m.claims[name] != nil {
+		return nil // 409, even one being deleted
+	}
+	m.tracef("operator creates claim %s", name)
+	m.claims[name] = &simClaim{}
+	return nil
+}
+
+// createClaims creates a step's PVCs (act creates them after the
+// Services, before the Pods).
+func (m *model) createClaims(s step) error {
+	for _, o := range s.Create {
+		if o.Resource == "persistentvolumeclaims" {
+			if err := m.createClaim(o.Name); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
@@ -905,6 +1054,9 @@ func (m *model) act(in input, obs observed, s step) (time.Duration, error) {
 		if err := m.createService(simBase + "-client"); err != nil {
 			return 0, err
 		}
+		if err := m.createClaims(s); err != nil {
+			return 0, err
+		}
 		for _, n := range s.Members {
 			if err := m.createPod(n, image, strings.Join(ic, ","), "new"); err != nil {
 				return 0, err
@@ -923,7 +1075,29 @@ func (m *model) act(in input, obs observed, s step) (time.Duration, error) {
 		if err := m.createService(s.Member); err != nil {
 			return 0, err
 		}
+		if err := m.createClaims(s); err != nil {
+			return 0, err
+		}
 		return 0, m.createPod(s.Member, image, s.InitialCluster, "existing")
+	case actRestartMember:
+		for _, o := range s.Create {
+			if o.Resource == "services" {
+				if err := m.createService(o.Name); err != nil {
+					return 0, err
+				}
+			}
+		}
+		return 0, m.createPod(s.Member, image, s.InitialCluster, "existing")
+	case actDeleteClaim:
+		if err := m.request("deleting claim " + s.Member); err != nil {
+			return 0, err
+		}
+		clear(m.lagged)
+		if c := m.claims[s.Member]; c != nil && !c.Deleting {
+			m.tracef("operator deletes claim %s", s.Member)
+			c.Deleting = true
+		}
+		return 0, nil
 	case actAddMember:
 		_, err := m.etcdCall(obs.Etcd.LeaderPod, "adding member "+s.Member)
 		if err == nil {
@@ -1119,6 +1293,22 @@ func (m *model) summary() string {
 	b.WriteString(" pods:")
 	for _, n := range m.podNames() {
 		fmt.Fprintf(&b, " %s", m.podState(m.pods[n]))
+	}
+	if m.volumes {
+		b.WriteString("; claims:")
+		for _, n := range m.claimNames() {
+			c := m.claims[n]
+			fmt.Fprintf(&b, " %s(%x)", n, c.Data)
+			if c.Deleting {
+				b.WriteString("-deleting")
+			}
+			if c.Lost {
+				b.WriteString("-lost")
+			}
+			if m.lagged[n] != nil {
+				b.WriteString("-unseen")
+			}
+		}
 	}
 	if m.cordoned {
 		b.WriteString("; cordoned")

@@ -160,11 +160,21 @@ func (d *decision) unavailable() step {
 		return step{Again: pollAgain}
 	case d.allOnVolumes():
 		reason = reasonQuorumLost
-		msg = fmt.Sprintf("quorum lost: %d of %d voting members answer, %d needed (%s). The members are coming back: their data is safe on their volumes, and each rejoins as itself once it runs again (the kubelet restarts a crashed member; the operator makes a deleted Pod again). Nothing is lost",
-			d.obs.Etcd.AnsweredVoters, size, quorum(size), d.podSummary(d.memberNames()))
+		count, names := fmt.Sprintf("%d of %d voting members answer, %d needed", d.obs.Etcd.AnsweredVoters, size, quorum(size)), d.memberNames()
+		if d.obs.Etcd.Listed == nil {
+			// No member answers: how many vote is written on their
+			// volumes, and the last status may be out of date or lost.
+			count, names = "no member answers", podNames(d.obs.Pods)
+		}
+		msg = fmt.Sprintf("quorum lost: %s (%s). The members are coming back: their data is safe on their volumes, and each rejoins as itself once it runs again (the kubelet restarts a crashed member; the operator makes a deleted Pod again). Nothing is lost",
+			count, d.podSummary(names))
 	case len(d.obs.Pods) == 0:
 		reason = reasonDataLost
-		msg = fmt.Sprintf("all %d members are gone and their data with them (emptyDir): etcd cannot recover by itself. Delete this EtcdCluster and create it again, from a backup (spec.restore names one)", size)
+		where := "emptyDir"
+		if !d.in.Spec.Storage.EmptyDir {
+			where = "their volume claims deleted or lost"
+		}
+		msg = fmt.Sprintf("all %d members are gone and their data with them (%s): etcd cannot recover by itself. Delete this EtcdCluster and create it again, from a backup (spec.restore names one)", size, where)
 	case d.obs.Etcd.Listed == nil && d.obs.Etcd.Answered == 0:
 		// No member answers: etcd says nothing of who the members are.
 		reason = reasonQuorumLost

@@ -195,7 +195,9 @@ func (d *decision) image() string {
 			running = p.Image
 		}
 	}
-	return cmp.Or(running, target)
+	// None ready: what the cluster is to run, never a version it refuses
+	// (a member made again on its volume while none answers).
+	return cmp.Or(running, d.target())
 }
 
 // imageVersion is an image's tag without its v: 3.6.16 of etcd:v3.6.16.

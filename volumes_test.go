@@ -204,6 +204,12 @@ func TestDecideVolumes(t *testing.T) {
 	}
 	grown := onVolumes(3)
 	grown.Spec.Storage.Size = "20Gi"
+	downgraded := onVolumes(3) // a version refused: the cluster runs 3.6
+	downgraded.Spec.Version = "v3.5.21"
+	crashLoops := func(name string) func(w *world) {
+		return func(w *world) { w.pod(name).Waiting = "CrashLoopBackOff" }
+	}
+	going := func(name string) func(w *world) { return claim(name, func(c *claimView) { c.Deleting = true }) }
 	for _, tc := range []struct {
 		name   string
 		in     input
@@ -213,6 +219,7 @@ func TestDecideVolumes(t *testing.T) {
 		phase  string
 		reason string // of Available, if set
 		says   string // in the status message, if set
+		image  string // the step's image, if set
 	}{
 		{name: "healthy", in: onVolumes(3), obs: newWorld(3).do(withClaims("8Gi")).obs, phase: phaseRunning},
 		{name: "a Pod deleted: made again on its volume", in: onVolumes(3), obs: newWorld(3).do(withClaims("8Gi")).noPod("example-1").obs,
@@ -240,6 +247,31 @@ func TestDecideVolumes(t *testing.T) {
 				w.obs.Claims = slices.DeleteFunc(w.obs.Claims, func(c claimView) bool { return c.Name == "example-1" })
 			}).obs,
 			action: actRemoveMember, member: "example-1", phase: phaseReplacing},
+		{name: "a member crash-looping on its volume with an image that runs elsewhere: replaced (its data is damaged)", in: onVolumes(3),
+			obs:    newWorld(3).do(withClaims("8Gi")).down("example-2").do(crashLoops("example-2")).obs,
+			action: actRemoveMember, member: "example-2", phase: phaseReplacing},
+		{name: "a claim going while another member is lost: the lost one is replaced first", in: onVolumes(3),
+			obs: newWorld(3).do(withClaims("8Gi")).do(going("example-1")).down("example-2").do(func(w *world) {
+				w.pod("example-2").Deleting, w.pod("example-2").Overdue = true, true // its node is gone
+			}).obs,
+			action: actRemoveMember, member: "example-2", phase: phaseReplacing},
+		{name: "the only voter's claim going, spec.size 2: a member is added first", in: onVolumes(2),
+			obs:    newWorld(1).do(withClaims("8Gi")).do(going("example-0")).obs,
+			action: actAddMember, member: "example-1", phase: phaseScaling},
+		{name: "the only voter's claim going: the status says to add members first", in: onVolumes(1),
+			obs:   newWorld(1).do(withClaims("8Gi")).do(going("example-0")).obs,
+			phase: phaseDegraded, says: "raise spec.size"},
+		{name: "a learner Pending on a claim being deleted: removed", in: onVolumes(4), obs: newWorld(3).do(withClaims("8Gi")).do(func(w *world) {
+			w.obs.Etcd.Members = append(w.obs.Etcd.Members, memberView{ID: "9", PeerHost: "example-3", Learner: true})
+			w.obs.Pods = append(w.obs.Pods, podView{Name: "example-3", Phase: "Pending", Image: repo + ":v3.6.16", Claim: "example-3", State: "existing"})
+			w.obs.Services = append(w.obs.Services, "example-3")
+			w.obs.Claims = append(w.obs.Claims, claimView{Name: "example-3", Phase: "Bound", Size: "8Gi", Deleting: true})
+		}).obs, action: actRemoveMember, member: "example-3", phase: phaseScaling},
+		{name: "every Pod deleted, spec.version a refused downgrade: made again on the version the cluster runs", in: downgraded,
+			obs:    newWorld(3).do(withClaims("8Gi")).noPod("example-0", "example-1", "example-2").noQuorum().obs,
+			action: actRestartMember, member: "example-0", phase: phaseReplacing, image: repo + ":v3.6.16"},
+		{name: "no member answers: the status counts no voters it cannot know", in: onVolumes(3), obs: newWorld(3).do(withClaims("8Gi")).down("example-0", "example-1", "example-2").noQuorum().obs,
+			phase: phaseUnavailable, reason: reasonQuorumLost, says: "quorum lost: no member answers"},
 		{name: "a removed member's claim: deleted", in: onVolumes(2), obs: newWorld(2).do(withClaims("8Gi")).do(func(w *world) {
 			w.obs.Claims = append(w.obs.Claims, claimView{Name: "example-2", Phase: "Bound", Size: "8Gi"})
 		}).obs, action: actDeleteClaim, member: "example-2", phase: phaseScaling},
@@ -262,6 +294,9 @@ func TestDecideVolumes(t *testing.T) {
 			}
 			if !strings.Contains(st.Message, tc.says) {
 				t.Errorf("status message %q, want it to say %q", st.Message, tc.says)
+			}
+			if tc.image != "" && s.Image != tc.image {
+				t.Errorf("step image %q, want %q", s.Image, tc.image)
 			}
 			if a, _ := st.condition(condAvailable); a.Reason == reasonDataLost {
 				t.Errorf("status says the data is lost: %s", st.Message)
