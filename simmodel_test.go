@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -248,23 +249,9 @@ func (m *model) failf(kind, format string, args ...any) {
 	m.tracef("FAIL %s: %s", kind, f.Detail)
 }
 
-func (m *model) podNames() []string {
-	names := make([]string, 0, len(m.pods))
-	for n := range m.pods {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
-}
-
-func (m *model) claimNames() []string {
-	names := make([]string, 0, len(m.claims))
-	for n := range m.claims {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
-}
+func (m *model) podNames() []string   { return slices.Sorted(maps.Keys(m.pods)) }
+func (m *model) claimNames() []string { return slices.Sorted(maps.Keys(m.claims)) }
+func (m *model) svcNames() []string   { return slices.Sorted(maps.Keys(m.svcs)) }
 
 // used: a Pod mounts claim name.
 func (m *model) used(name string) bool {
@@ -274,15 +261,6 @@ func (m *model) used(name string) bool {
 		}
 	}
 	return false
-}
-
-func (m *model) svcNames() []string {
-	names := make([]string, 0, len(m.svcs))
-	for n := range m.svcs {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
 }
 
 // ---- etcd ----

@@ -385,40 +385,19 @@ func TestVolumeMembers(t *testing.T) {
 			t.Error("no status on the way")
 		}
 	})
-	t.Run("a claim deleted with its Pod", func(t *testing.T) {
-		m := d.member(2)
-		oldClaim := getClaimUID(t, d.ns, m)
+	// replacedAfter deletes member m's claim, and its Pod if withPod; then
+	// the member is replaced: the n-th MemberReplaced event, only m's
+	// member ID new, a fresh claim, the key still there.
+	replacedAfter := func(t *testing.T, m string, withPod bool, n int) {
+		t.Helper()
+		prev, oldClaim := ids(), getClaimUID(t, d.ns, m)
 		if _, err := cp.Kubectl("", "delete", "pvc", "-n", d.ns, "--wait=false", m); err != nil {
 			t.Fatal(err)
 		}
-		d.deletePods(m)
-		err := Eventually(3*time.Minute, "a MemberReplaced event", func() (bool, error) { return d.events("MemberReplaced") == 1, nil })
-		if err != nil {
-			t.Fatal(err)
+		if withPod {
+			d.deletePods(m)
 		}
-		after := ids()
-		for name, id := range before {
-			if name == m && id == after[name] || name != m && id != after[name] {
-				t.Errorf("member %s: ID %s before, %s after; want only %s's new", name, id, after[name], m)
-			}
-		}
-		if uid := getClaimUID(t, d.ns, m); uid == "" || uid == oldClaim {
-			t.Errorf("claim %s uid %q (was %q), want a fresh claim", m, uid, oldClaim)
-		}
-		if v := d.get("/before"); v != "volumes" {
-			t.Errorf("the key written first reads %q", v)
-		}
-	})
-	// Nothing but the PVC watch tells of this one: the Pod runs on, and
-	// the claim waits for it (pvc-protection) until the operator replaces
-	// the member.
-	t.Run("a claim deleted alone", func(t *testing.T) {
-		m, prev := d.member(1), ids()
-		oldClaim := getClaimUID(t, d.ns, m)
-		if _, err := cp.Kubectl("", "delete", "pvc", "-n", d.ns, "--wait=false", m); err != nil {
-			t.Fatal(err)
-		}
-		err := Eventually(3*time.Minute, "a second MemberReplaced event", func() (bool, error) { return d.events("MemberReplaced") == 2, nil })
+		err := Eventually(3*time.Minute, fmt.Sprintf("MemberReplaced event %d", n), func() (bool, error) { return d.events("MemberReplaced") == n, nil })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -434,7 +413,12 @@ func TestVolumeMembers(t *testing.T) {
 		if v := d.get("/before"); v != "volumes" {
 			t.Errorf("the key written first reads %q", v)
 		}
-	})
+	}
+	t.Run("a claim deleted with its Pod", func(t *testing.T) { replacedAfter(t, d.member(2), true, 1) })
+	// Nothing but the PVC watch tells of this one: the Pod runs on, and
+	// the claim waits for it (pvc-protection) until the operator replaces
+	// the member.
+	t.Run("a claim deleted alone", func(t *testing.T) { replacedAfter(t, d.member(1), false, 2) })
 	t.Run("scale 3 -> 5 -> 3", func(t *testing.T) {
 		for _, n := range []int{5, 3} {
 			d.apply(n, "")
