@@ -419,6 +419,11 @@ func (d *decision) createMissing(names []string) (step, bool) {
 		msg := fmt.Sprintf("the cluster has formed (%s), but no member answers the operator, so it creates nothing: a member made again as new would lose what it acknowledged", d.podSummary(names))
 		return d.wait(phaseCreating, reasonWaitingForMembers, msg), true
 	}
+	for _, m := range missing {
+		if c := d.claims[m]; c != nil && c.Deleting {
+			return d.wait(phaseCreating, reasonWaitingForClaim, fmt.Sprintf("creating member %s waits for its old volume claim to be gone", m)), true
+		}
+	}
 	// The status written after the step already says what comes next, so
 	// the pass ends there: the Pods' events start the next one.
 	msg := fmt.Sprintf("created %d members: %s; waiting for them to start and elect a leader", len(names), strings.Join(names, ", ")) + d.namesNote()
@@ -447,6 +452,11 @@ func (d *decision) remakeBootstrapPods(names []string) (step, bool) {
 			return d.progress(phaseCreating, reasonWaitingForMembers, msg, step{Action: actDeletePod, Member: m, Delete: "pods"}), true
 		case (p.Phase == "Failed" || p.Phase == "Succeeded") && !d.formed():
 			msg := fmt.Sprintf("deleting Pod %s, which is %s, to create it again", m, p.Phase)
+			return d.progress(phaseCreating, reasonWaitingForMembers, msg, step{Action: actDeletePod, Member: m, Delete: "pods"}), true
+		case p.Claim != "" && (d.claims[p.Claim] == nil || d.claims[p.Claim].Deleting) && !d.formed():
+			// The claim waits for the Pod to go (pvc-protection), and the
+			// Pod for the claim: deleting the Pod ends it.
+			msg := fmt.Sprintf("deleting Pod %s, whose volume claim is gone or being deleted, to create both again", m)
 			return d.progress(phaseCreating, reasonWaitingForMembers, msg, step{Action: actDeletePod, Member: m, Delete: "pods"}), true
 		}
 	}
@@ -760,7 +770,16 @@ func (d *decision) replaceLostMembers() (step, bool) {
 			case voters == 1 && !m.Learner:
 				blocked = fmt.Sprintf("member %s must be replaced (%s), but it is the only voter: raise spec.size to move its data to new members first, or take a backup", m.member(), why)
 			default:
+				var down []string
+				for _, o := range d.obs.Etcd.Members {
+					if o.ID != m.ID && !o.Learner && !d.healthy(o) {
+						down = append(down, d.describe(o))
+					}
+				}
 				blocked = fmt.Sprintf("member %s must be replaced (%s), but removing it now could cost quorum", m.member(), why)
+				if len(down) > 0 {
+					blocked += "; first the cluster needs back: " + strings.Join(down, "; ")
+				}
 			}
 			continue
 		}

@@ -618,6 +618,23 @@ func (m *model) excused(problems []simProblem) bool {
 	case "UpgradeNeedsMembers":
 		return m.spec.Size < 3 && onlyVersion
 	case "WaitingForQuorum":
+		// A member to replace whose removal would cost quorum, while the
+		// voters down are so on a version that cannot run: setting
+		// spec.version back repairs them first, and the status names them.
+		if c := m.etcd; c != nil && !m.runnable(m.spec.Version) && m.downOnBadVersion() > 0 {
+			down := 0
+			for _, mb := range c.Members {
+				if !mb.Learner && !m.healthy(mb) && m.pods[mb.Host] != nil && !m.runnable(tagOf(m.pods[mb.Host].Image)) {
+					down++
+					if !strings.Contains(m.status.Message, mb.Host) {
+						return false
+					}
+				}
+			}
+			if down > 0 {
+				return true
+			}
+		}
 		// The only voter's claim is being deleted: it cannot be removed,
 		// and the status asks for more members first.
 		if c := m.etcd; c != nil && c.voters() == 1 && len(c.Members) >= m.spec.Size {

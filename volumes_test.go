@@ -210,6 +210,11 @@ func TestDecideVolumes(t *testing.T) {
 		return func(w *world) { w.pod(name).Waiting = "CrashLoopBackOff" }
 	}
 	going := func(name string) func(w *world) { return claim(name, func(c *claimView) { c.Deleting = true }) }
+	fresh := onVolumes(1) // a new cluster
+	fresh.Prev, fresh.FormedID = clusterStatus{}, ""
+	pendingOnGoingClaim := observed{Services: []string{"example-0", "example-client"},
+		Pods:   []podView{{Name: "example-0", Phase: "Pending", Image: repo + ":v3.6.16", Claim: "example-0", State: "new"}},
+		Claims: []claimView{{Name: "example-0", Phase: "Bound", Size: "8Gi", Deleting: true}}}
 	for _, tc := range []struct {
 		name   string
 		in     input
@@ -272,6 +277,10 @@ func TestDecideVolumes(t *testing.T) {
 			action: actRestartMember, member: "example-0", phase: phaseReplacing, image: repo + ":v3.6.16"},
 		{name: "no member answers: the status counts no voters it cannot know", in: onVolumes(3), obs: newWorld(3).do(withClaims("8Gi")).down("example-0", "example-1", "example-2").noQuorum().obs,
 			phase: phaseUnavailable, reason: reasonQuorumLost, says: "quorum lost: no member answers"},
+		{name: "a new cluster's Pod Pending on a claim being deleted: deleted, to make both again", in: fresh, obs: pendingOnGoingClaim,
+			action: actDeletePod, member: "example-0", phase: phaseCreating},
+		{name: "a new cluster's claim still being deleted: the Pod waits", in: fresh, obs: observed{Services: pendingOnGoingClaim.Services, Claims: pendingOnGoingClaim.Claims},
+			phase: phaseCreating, says: "waits for its old volume claim"},
 		{name: "a removed member's claim: deleted", in: onVolumes(2), obs: newWorld(2).do(withClaims("8Gi")).do(func(w *world) {
 			w.obs.Claims = append(w.obs.Claims, claimView{Name: "example-2", Phase: "Bound", Size: "8Gi"})
 		}).obs, action: actDeleteClaim, member: "example-2", phase: phaseScaling},
