@@ -598,7 +598,9 @@ func (m *model) excused(problems []simProblem) bool {
 	case "QuorumLost":
 		return !m.quorumCanReturn()
 	case "DataLost":
-		return m.etcd == nil && m.formed
+		// Gone for good: every voter's data, or so much of it that a
+		// quorum can never come back.
+		return m.formed && (m.etcd == nil || !m.quorumCanReturn())
 	case "VersionRefused":
 		return !m.runnable(m.spec.Version) && onlyVersion
 	case "UpgradeStalled":
