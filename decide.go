@@ -75,6 +75,9 @@ type podView struct {
 	InitialCluster, State string
 	// Claim is the PVC holding the member's data; "" on emptyDir.
 	Claim string
+	// DataLost is what etcd said as it last exited, when that shows its
+	// data is lost or damaged (observe.go's dataLostSigns).
+	DataLost string
 }
 
 // memberView is one etcd member as the leader's member list shows it,
@@ -668,6 +671,8 @@ func (d *decision) cannotJoin(m memberView, p *podView) string {
 		return "its Pod is " + p.Phase
 	case m.Answered || !stalled(p):
 		return ""
+	case p.Waiting == "CrashLoopBackOff" && p.DataLost != "":
+		return fmt.Sprintf("etcd keeps exiting in its Pod (CrashLoopBackOff), saying %q", p.DataLost)
 	case p.Image != d.image():
 		return fmt.Sprintf("it runs %s, which the kubelet cannot start (%s), and new members run %s", p.Image, p.Waiting, d.image())
 	case p.Waiting == "CrashLoopBackOff" && d.imageRuns(p.Image):
@@ -698,7 +703,7 @@ func (d *decision) cannotRunStep(p *podView) bool {
 // that answers runs it. A new member would fare no better; the user must
 // change spec.version.
 func (d *decision) cannotRun(p *podView) (string, bool) {
-	if p == nil || p.Deleting || p.Image != d.image() || !stalled(p) || d.imageRuns(p.Image) {
+	if p == nil || p.Deleting || p.Image != d.image() || !stalled(p) || d.imageRuns(p.Image) || p.DataLost != "" {
 		return "", false
 	}
 	if p.Waiting == "CrashLoopBackOff" {
@@ -804,6 +809,9 @@ func (d *decision) lost(m memberView) string {
 		// PVC watches are separate streams, so the Pod's deletion can be
 		// seen before its PVC's. The scheduler keeps such a Pod Pending.
 		return "its volume claim is gone, and its data with it"
+	case p != nil && !m.Answered && p.Waiting == "CrashLoopBackOff" && p.DataLost != "":
+		// Whatever its image: etcd said why it exits.
+		return fmt.Sprintf("etcd keeps exiting in its Pod (CrashLoopBackOff), saying %q: its data is lost or damaged", p.DataLost)
 	case p != nil && !m.Answered && p.Waiting == "CrashLoopBackOff" && d.runsElsewhere(m, p.Image):
 		// On a volume too: its data is damaged or gone (a disk replaced).
 		return "etcd keeps exiting in its Pod (CrashLoopBackOff) with an image that runs in other members: its data is lost or damaged"

@@ -479,6 +479,18 @@ func TestNeverStuck(t *testing.T) {
 		{name: "12: a member whose data is gone while its Pod lives is replaced",
 			in: in(3, "v3.6.16"), obs: newWorld(3).do(func(w *world) { w.pod("example-2").Waiting = "CrashLoopBackOff" }).down("example-2").obs,
 			action: actRemoveMember, member: "example-2", msg: "its data is lost"},
+		{name: "12: ... on an image no other member runs too, when etcd's last words say so",
+			in: in(3, "v3.7.3"), obs: newWorld(3).do(func(w *world) {
+				p := w.pod("example-2")
+				p.Image, p.Waiting, p.DataLost = repo+":v3.7.3", "CrashLoopBackOff", "Was the raft log corrupted, truncated, or lost?"
+			}).down("example-2").obs,
+			action: actRemoveMember, member: "example-2", msg: "its data is lost"},
+		{name: "12: ... and a learner, when etcd's last words say so",
+			in: in(4, "v3.7.3"), obs: newWorld(4).learner("example-3").do(func(w *world) {
+				p := w.pod("example-3")
+				p.Image, p.Waiting, p.DataLost = repo+":v3.7.3", "CrashLoopBackOff", "error validating peerURLs"
+			}).down("example-3").obs,
+			action: actRemoveMember, member: "example-3", msg: "error validating peerURLs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, s := decide(tc.in, tc.obs)

@@ -49,6 +49,9 @@ type fakeProc struct {
 	Down    bool   // killed; the kubelet has not restarted it yet
 	Version string // from the image tag
 	Removed bool   // its member was removed: etcd exits
+	// LastWords: etcd exits at every start saying this (its data was
+	// wiped); the kubelet shows CrashLoopBackOff and keeps the words.
+	LastWords string
 }
 
 // disableNode leaves the Pods the operator creates Pending, as with no
@@ -180,6 +183,10 @@ func (f *fakeAPI) syncPodsLocked(ns, base string) {
 			waiting = map[string]any{"reason": "ImagePullBackOff", "message": "Back-off pulling image " + strconv.Quote(img)}
 		}
 		cs := map[string]any{"name": "etcd", "restartCount": 0, "ready": ready, "state": map[string]any{}}
+		if proc != nil && proc.LastWords != "" {
+			waiting = map[string]any{"reason": "CrashLoopBackOff", "message": "back-off 10s restarting failed container=etcd pod=" + name}
+			cs["lastState"] = map[string]any{"terminated": map[string]any{"exitCode": 1, "message": proc.LastWords}}
+		}
 		if waiting != nil {
 			cs["state"] = map[string]any{"waiting": waiting}
 		}
@@ -333,6 +340,16 @@ func (f *fakeAPI) killMember(ns, name string, down bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.procs[podKey(ns, name)].Down = down
+	pod := f.objects["pods/"+ns+"/"+name]
+	f.syncPodsLocked(ns, pod["metadata"].(map[string]any)["labels"].(map[string]any)[labelCluster].(string))
+}
+
+// crashLoop is a stopped member's etcd failing at every restart, saying
+// lastWords (its data was wiped): the Pod shows CrashLoopBackOff.
+func (f *fakeAPI) crashLoop(ns, name, lastWords string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.procs[podKey(ns, name)].LastWords = lastWords
 	pod := f.objects["pods/"+ns+"/"+name]
 	f.syncPodsLocked(ns, pod["metadata"].(map[string]any)["labels"].(map[string]any)[labelCluster].(string))
 }

@@ -157,7 +157,8 @@ func (c *controller) podEvent(q *queue, ev event[ownedEvent]) {
 		return
 	}
 	ready := p.Pod.Ready && !p.Pod.Deleting
-	if !podNews(c.expect[p.Namespace+"/"+p.Cluster], ev.Type, p.Name, ready) {
+	exp, known := c.expect[p.Namespace+"/"+p.Cluster]
+	if !podNews(exp, ev.Type, p.Name, ready) && !(known && ev.Type != "DELETED" && inTrouble(p.Pod)) {
 		return
 	}
 	c.log.Debug("member Pod changed; looking at its cluster", "pod", p.Namespace+"/"+p.Name, "event", ev.Type, "ready", ready)
@@ -217,6 +218,20 @@ func expectation(st clusterStatus) string {
 		b.WriteString(m.Name)
 	}
 	return b.String()
+}
+
+// inTrouble reports a Pod whose state a pass acts on though its readiness
+// may not have changed: a container that cannot start (a crash loop, an
+// image that does not pull), a Pod that ended. A Pod starting up is not:
+// a burst of new clusters costs no pass per Pod. A Pod in trouble costs
+// a pass per status update the kubelet makes, one per back-off at most.
+func inTrouble(p *cachedPod) bool {
+	switch p.Waiting {
+	case "", "ContainerCreating", "PodInitializing":
+	default:
+		return true
+	}
+	return p.Phase == "Failed" || p.Phase == "Succeeded" || p.Init != ""
 }
 
 // podNews reports whether an event of member Pod name tells something the

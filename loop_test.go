@@ -391,6 +391,28 @@ func TestPodNews(t *testing.T) {
 	}
 }
 
+// A Pod in trouble is news whatever its readiness; one starting up is not.
+func TestInTrouble(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pod  podView
+		want bool
+	}{
+		{"running", podView{Phase: "Running"}, false},
+		{"pending, not scheduled yet", podView{Phase: "Pending"}, false},
+		{"creating its container", podView{Phase: "Pending", Waiting: "ContainerCreating"}, false},
+		{"initializing", podView{Phase: "Pending", Waiting: "PodInitializing"}, false},
+		{"in a crash loop", podView{Phase: "Running", Waiting: "CrashLoopBackOff"}, true},
+		{"its image does not pull", podView{Phase: "Pending", Waiting: "ErrImagePull"}, true},
+		{"evicted", podView{Phase: "Failed"}, true},
+		{"an init container that cannot run", podView{Phase: "Pending", Init: "init container fetch-backup: CrashLoopBackOff"}, true},
+	} {
+		if got := inTrouble(&cachedPod{podView: tc.pod}); got != tc.want {
+			t.Errorf("%s: inTrouble(%+v) = %v, want %v", tc.name, tc.pod, got, tc.want)
+		}
+	}
+}
+
 // A status disagrees with the Pods when it calls one ready that is not, or
 // the other way, or lists one that has no Pod; before every Pod is listed,
 // only Pods seen count.

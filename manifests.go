@@ -362,6 +362,10 @@ func (p clusterPlan) pod(member, initialCluster, state string) []byte {
 				{"name": "peer", "containerPort": peerPort, "protocol": "TCP"},
 			},
 			"volumeMounts": []map[string]any{{"name": "data", "mountPath": dataDir}},
+			// The end of etcd's log when it fails, in the Pod's status:
+			// the operator reads there whether a member lost its data
+			// (observe.go, dataLostSigns).
+			"terminationMessagePolicy": "FallbackToLogsOnError",
 			// etcd 3.6's /livez fails only when the process itself is
 			// stuck (a local read); /readyz also needs a leader, a
 			// linearizable read and a voting member. The member

@@ -71,6 +71,11 @@ type pod struct {
 					Message string `json:"message"`
 				} `json:"waiting"`
 			} `json:"state"`
+			LastState struct {
+				Terminated *struct {
+					Message string `json:"message"`
+				} `json:"terminated"`
+			} `json:"lastState"`
 		} `json:"containerStatuses"`
 		InitContainerStatuses []struct {
 			Name  string `json:"name"`
@@ -148,9 +153,37 @@ func (p *pod) cached() *cachedPod {
 			if w := c.State.Waiting; w != nil {
 				v.Waiting, v.WaitingMessage = w.Reason, w.Message
 			}
+			if t := c.LastState.Terminated; t != nil {
+				v.DataLost = dataLostSign(t.Message)
+			}
 		}
 	}
 	return v
+}
+
+// dataLostSigns are what etcd says as it exits when its data directory
+// does not match its place in the cluster: the data was wiped or replaced
+// while the member stayed. The kubelet keeps the end of the log of a
+// container that failed as its termination message
+// (terminationMessagePolicy FallbackToLogsOnError, manifests.go), so the
+// operator tells a member that lost its data from a release that crashes.
+var dataLostSigns = []string{
+	// raft: the leader's commit index is beyond the member's empty log.
+	"Was the raft log corrupted, truncated, or lost?",
+	// --initial-cluster-state=new on empty data, and the member exists.
+	"has already been bootstrapped",
+	// =existing on empty data, with the member list of when it joined.
+	"error validating peerURLs",
+}
+
+// dataLostSign is the sign of lost data in etcd's last words, if any.
+func dataLostSign(message string) string {
+	for _, s := range dataLostSigns {
+		if strings.Contains(message, s) {
+			return s
+		}
+	}
+	return ""
 }
 
 // view is the Pod as a pass saw it at now.

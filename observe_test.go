@@ -20,6 +20,7 @@ func TestDecodePodEvent(t *testing.T) {
 		cluster   string
 		ready     bool
 		claim     string
+		dataLost  string
 	}{
 		{name: "ready", raw: `{"metadata":{"name":"example-0","namespace":"ns",` + owner + `},"status":{"conditions":[{"type":"Ready","status":"True"}]}}`,
 			cluster: "example", ready: true},
@@ -35,12 +36,24 @@ func TestDecodePodEvent(t *testing.T) {
 			cluster: ""},
 		{name: "data on a volume claim", raw: `{"metadata":{"name":"example-0","namespace":"ns",` + owner + `},"spec":{"volumes":[{"name":"restore","persistentVolumeClaim":{"claimName":"other"}},{"name":"data","persistentVolumeClaim":{"claimName":"example-0"}}]}}`,
 			cluster: "example", claim: "example-0"},
+		// etcd 3.6.16's last words, from runs on wiped data: as the
+		// kubelet keeps them (the end of the log, JSON-escaped here).
+		{name: "etcd exited: raft amnesia", raw: `{"metadata":{"name":"example-0","namespace":"ns",` + owner + `},"status":{"containerStatuses":[{"name":"etcd","state":{"waiting":{"reason":"CrashLoopBackOff"}},"lastState":{"terminated":{"exitCode":2,"message":"panic: tocommit(29) is out of range [lastIndex(0)]. Was the raft log corrupted, truncated, or lost?\n\ngoroutine 129 [running]:\ngo.uber.org/zap/zapcore.CheckWriteAction.OnWrite(...)"}}}]}}`,
+			cluster: "example", dataLost: "Was the raft log corrupted, truncated, or lost?"},
+		{name: "etcd exited: bootstrapped before", raw: `{"metadata":{"name":"example-0","namespace":"ns",` + owner + `},"status":{"containerStatuses":[{"name":"etcd","lastState":{"terminated":{"exitCode":1,"message":"{\"level\":\"fatal\",\"msg\":\"discovery failed\",\"error\":\"member ce2d939a33279a5e has already been bootstrapped\"}\n"}}}]}}`,
+			cluster: "example", dataLost: "has already been bootstrapped"},
+		{name: "etcd exited: stale member list", raw: `{"metadata":{"name":"example-0","namespace":"ns",` + owner + `},"status":{"containerStatuses":[{"name":"etcd","lastState":{"terminated":{"exitCode":1,"message":"{\"level\":\"fatal\",\"msg\":\"discovery failed\",\"error\":\"error validating peerURLs {ClusterID:8aa6af022dc45569}: member count is unequal\"}\n"}}}]}}`,
+			cluster: "example", dataLost: "error validating peerURLs"},
+		{name: "etcd exited: something else", raw: `{"metadata":{"name":"example-0","namespace":"ns",` + owner + `},"status":{"containerStatuses":[{"name":"etcd","lastState":{"terminated":{"exitCode":2,"message":"panic: runtime error: invalid memory address or nil pointer dereference"}}}]}}`,
+			cluster: "example"},
+		{name: "another container's last words", raw: `{"metadata":{"name":"example-0","namespace":"ns",` + owner + `},"status":{"containerStatuses":[{"name":"sidecar","lastState":{"terminated":{"exitCode":1,"message":"error validating peerURLs"}}}]}}`,
+			cluster: "example"},
 		{name: "data on emptyDir", raw: `{"metadata":{"name":"example-0","namespace":"ns",` + owner + `},"spec":{"volumes":[{"name":"data","emptyDir":{}}]}}`,
 			cluster: "example"},
 	} {
 		got, _, err := decodePodEvent(json.RawMessage(tc.raw))
-		if err != nil || got.Namespace != "ns" || got.Cluster != tc.cluster || got.Pod == nil || (got.Pod.Ready && !got.Pod.Deleting) != tc.ready || got.Pod.Claim != tc.claim {
-			t.Errorf("%s: decodePodEvent = %+v (Pod %+v), %v; want cluster %q, ready %v, claim %q", tc.name, got, got.Pod, err, tc.cluster, tc.ready, tc.claim)
+		if err != nil || got.Namespace != "ns" || got.Cluster != tc.cluster || got.Pod == nil || (got.Pod.Ready && !got.Pod.Deleting) != tc.ready || got.Pod.Claim != tc.claim || got.Pod.DataLost != tc.dataLost {
+			t.Errorf("%s: decodePodEvent = %+v (Pod %+v), %v; want cluster %q, ready %v, claim %q, data lost %q", tc.name, got, got.Pod, err, tc.cluster, tc.ready, tc.claim, tc.dataLost)
 		}
 	}
 }

@@ -415,6 +415,33 @@ func TestClaimDeletedAloneIsReplaced(t *testing.T) {
 	}
 }
 
+// A member's data wiped while its Pod lives: etcd stops, and the status
+// says so; then the kubelet's restarts keep failing, which only the
+// container's state tells, not its readiness. The operator is restarted
+// in between, so that no pass of its own is under way when it does.
+func TestWipedMemberIsReplaced(t *testing.T) {
+	f, op := startExampleWith(t, onEmptyDir(3))
+	waitStatus(f, "example", running(3))
+	f.killMember("default", "example-1", true)
+	waitStatus(f, "example", inPhase(phaseDegraded))
+	op.stop()
+	startOperator(t, f)
+	f.waitFor("the new operator to watch clusters and Pods", func() bool { return len(f.streams) == 1 && len(f.podStreams) == 1 })
+	const words = `{"level":"fatal","msg":"discovery failed","error":"member 22 has already been bootstrapped"}`
+	f.crashLoop("default", "example-1", words)
+	waitStatus(f, "example", statusCheck{"Running after the replacement", func(st clusterStatus) bool {
+		return running(3).ok(st) && len(f.etcdLog) == 3
+	}})
+	if want := []string{"remove example-1", "add example-1", "promote example-1"}; !slices.Equal(f.membershipLog(), want) {
+		t.Errorf("membership changes = %v, want %v", f.membershipLog(), want)
+	}
+	f.waitFor("a MemberReplaced event that says what etcd said", func() bool {
+		return slices.ContainsFunc(f.events, func(ev map[string]any) bool {
+			return ev["reason"] == reasonMemberReplaced && strings.Contains(fmt.Sprint(ev["message"]), "has already been bootstrapped")
+		})
+	})
+}
+
 func testReplaced(t *testing.T, spec any, deleteMember func(f *fakeAPI)) {
 	f, _ := startExampleWith(t, spec)
 	before := waitStatus(f, "example", running(3))

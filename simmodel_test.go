@@ -130,7 +130,9 @@ func (p *simPod) view() podView {
 	// A stuck Pod's grace period ends and it stays: overdue.
 	return podView{Name: p.Name, Phase: p.Phase, Ready: p.Ready, Deleting: p.Deleting, Overdue: p.Stuck, Image: p.Image,
 		Waiting: p.Waiting, WaitingMessage: p.WaitingMsg,
-		InitialCluster: p.InitialCluster, State: p.State, Claim: p.Claim}
+		InitialCluster: p.InitialCluster, State: p.State, Claim: p.Claim,
+		// The kubelet keeps etcd's last words (FallbackToLogsOnError).
+		DataLost: dataLostSign(p.Exit)}
 }
 
 // Versions. Tags are spec.version values; unpullable and broken ones model
@@ -413,13 +415,26 @@ func (m *model) start(p *simPod) string {
 			break
 		}
 		mb = m.etcd.byHost(p.Name)
+		if (mb == nil || p.InitialCluster != m.etcd.Initial) && !m.anyMemberRunning() {
+			// Members that share no --initial-cluster with a running
+			// one make a cluster of their own; the old one's data is
+			// left on its claims, of a cluster that never runs again.
+			// The operator does this only before a cluster formed
+			// (createPod checks).
+			m.tracef("etcd: no member of cluster %x runs", m.etcd.ID)
+			m.forgetCluster()
+			m.bootstrapCluster(p)
+			if mb = m.etcd.byHost(p.Name); mb == nil {
+				return "config: couldn't find local name in the initial cluster configuration"
+			}
+			break
+		}
 		switch {
 		case mb == nil || p.InitialCluster != m.etcd.Initial:
 			return "mismatch: request cluster ID mismatch"
 		case mb.started():
-			// Raft amnesia: the member's log is gone and the leader's
-			// commit index is beyond it.
-			return "amnesia: tocommit out of range, was the raft log corrupted, truncated, or lost?"
+			// etcd asks the peers first: the member exists.
+			return fmt.Sprintf("bootstrapped: member %x has already been bootstrapped", mb.ID)
 		}
 	default: // "existing"
 		if m.etcd == nil {
@@ -437,7 +452,9 @@ func (m *model) start(p *simPod) string {
 		}
 		mb = m.etcd.byHost(p.Name)
 		if mb.started() {
-			return "amnesia: tocommit out of range, was the raft log corrupted, truncated, or lost?"
+			// Raft amnesia: the member's log is gone and the leader's
+			// commit index is beyond it.
+			return "amnesia: tocommit(29) is out of range [lastIndex(0)]. Was the raft log corrupted, truncated, or lost?"
 		}
 	}
 	// The cluster version only goes up, and a binary runs only within one
@@ -493,6 +510,12 @@ func (m *model) reap() {
 		}
 	}
 	m.tracef("etcd: the cluster's data is gone with its Pods and volumes")
+	m.forgetCluster()
+}
+
+// forgetCluster: the cluster is gone; what is left of its data on Pods
+// and claims is of a cluster that no longer runs.
+func (m *model) forgetCluster() {
 	m.etcd = nil
 	for _, p := range m.pods {
 		if p.Data != 0 {
@@ -507,6 +530,16 @@ func (m *model) reap() {
 			c.Data, c.stale = 0, true
 		}
 	}
+}
+
+// anyMemberRunning: etcd runs in some Pod on a member's data.
+func (m *model) anyMemberRunning() bool {
+	for _, p := range m.pods {
+		if p.Up && p.Data != 0 && m.etcd.byID(p.Data) != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // dataAlive: a member's data is on a Pod that is not going away.

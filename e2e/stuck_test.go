@@ -8,6 +8,10 @@ package e2e
 // a container in ImagePullBackOff.
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -126,4 +130,67 @@ func TestNeverStuck(t *testing.T) {
 			t.Errorf("the key written reads %q", v)
 		}
 	})
+
+	// Case 12: a member's data is wiped while its Pod lives (a disk
+	// replaced). etcd exits at every restart; the kubelet keeps its last
+	// words in the Pod's status (FallbackToLogsOnError), and the operator
+	// replaces the member for what etcd said, not only because its image
+	// runs elsewhere.
+	t.Run("a member's data wiped while its Pod lives", func(t *testing.T) {
+		d := startEphemeral(t, "stuck-wiped", "wiped", 3, "v3.6.16")
+		d.running(3)
+		if err := d.put("/before", "wiped"); err != nil {
+			t.Fatal(err)
+		}
+		victim := d.member(2)
+		uid := d.podUID(victim)
+		// Stopped first: the kubelet would restart a killed etcd on the
+		// data before it is gone.
+		d.signal(victim, syscall.SIGSTOP)
+		data := filepath.Join(NodeDir(), "kubelet", "pods", uid, "volumes", "kubernetes.io~empty-dir", "data")
+		entries, err := os.ReadDir(data)
+		if err != nil || len(entries) == 0 {
+			t.Fatalf("the member's emptyDir %s: %d entries, %v", data, len(entries), err)
+		}
+		for _, e := range entries {
+			if err := os.RemoveAll(filepath.Join(data, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := cp.KillMember(d.ns, victim); err != nil {
+			t.Fatal(err)
+		}
+		const sign = "has already been bootstrapped"
+		var said string
+		if err := Eventually(3*time.Minute, "the member replaced for what etcd said", func() (bool, error) {
+			said = d.eventMessage("MemberReplaced")
+			return said != "", nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(said, sign) {
+			t.Errorf("MemberReplaced says %q, want etcd's words %q", said, sign)
+		}
+		d.running(3)
+		if v := d.get("/before"); v != "wiped" {
+			t.Errorf("the key written before reads %q", v)
+		}
+	})
+}
+
+// eventMessage is the message of the cluster's first Event of reason.
+func (d *day2) eventMessage(reason string) string {
+	var l struct {
+		Items []struct {
+			Reason, Message string
+			InvolvedObject  struct{ Name string }
+		}
+	}
+	_ = cp.Get("/api/v1/namespaces/"+d.ns+"/events", &l)
+	for _, e := range l.Items {
+		if e.Reason == reason && e.InvolvedObject.Name == d.name {
+			return e.Message
+		}
+	}
+	return ""
 }
