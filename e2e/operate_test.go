@@ -342,21 +342,24 @@ func (d *day2) deletePods(pods ...string) {
 	}
 }
 
-func (d *day2) events(reason string) int {
+func (d *day2) events(reason string) int { return len(d.eventMessages(reason)) }
+
+// eventMessages are the messages of the cluster's Events of reason.
+func (d *day2) eventMessages(reason string) []string {
 	var l struct {
 		Items []struct {
-			Reason         string
-			InvolvedObject struct{ Name string }
+			Reason, Message string
+			InvolvedObject  struct{ Name string }
 		}
 	}
 	_ = cp.Get("/api/v1/namespaces/"+d.ns+"/events", &l)
-	n := 0
+	var msgs []string
 	for _, e := range l.Items {
 		if e.Reason == reason && e.InvolvedObject.Name == d.name {
-			n++
+			msgs = append(msgs, e.Message)
 		}
 	}
-	return n
+	return msgs
 }
 
 func unb64(s string) string {

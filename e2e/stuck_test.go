@@ -163,8 +163,12 @@ func TestNeverStuck(t *testing.T) {
 		const sign = "has already been bootstrapped"
 		var said string
 		if err := Eventually(3*time.Minute, "the member replaced for what etcd said", func() (bool, error) {
-			said = d.eventMessage("MemberReplaced")
-			return said != "", nil
+			msgs := d.eventMessages("MemberReplaced")
+			if len(msgs) == 0 {
+				return false, nil
+			}
+			said = msgs[0]
+			return true, nil
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -176,21 +180,4 @@ func TestNeverStuck(t *testing.T) {
 			t.Errorf("the key written before reads %q", v)
 		}
 	})
-}
-
-// eventMessage is the message of the cluster's first Event of reason.
-func (d *day2) eventMessage(reason string) string {
-	var l struct {
-		Items []struct {
-			Reason, Message string
-			InvolvedObject  struct{ Name string }
-		}
-	}
-	_ = cp.Get("/api/v1/namespaces/"+d.ns+"/events", &l)
-	for _, e := range l.Items {
-		if e.Reason == reason && e.InvolvedObject.Name == d.name {
-			return e.Message
-		}
-	}
-	return ""
 }
