@@ -48,17 +48,21 @@ func (b *bench) memory() error {
 }
 
 // rss reads a process's resident set size from /proc.
-func rss(pid int) (int64, error) {
+func rss(pid int) (int64, error) { return procStatus(pid, "VmRSS") }
+
+// procStatus reads one size field (kB) of /proc/PID/status, in bytes:
+// VmRSS, or its file-backed part RssFile (the binary's own pages).
+func procStatus(pid int, field string) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == field+":" {
 			var kb int64
 			fmt.Sscan(f[1], &kb)
 			return kb << 10, nil
 		}
 	}
-	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
+	return 0, fmt.Errorf("no %s for pid %d", field, pid)
 }

@@ -216,6 +216,9 @@ func (b *bench) restart() error {
 	if r.RSSIdle, err = rss(op.Pid()); err != nil {
 		return err
 	}
+	if r.RSSIdleFile, err = procStatus(op.Pid(), "RssFile"); err != nil {
+		return err
+	}
 	b.proxy.reset()
 	<-time.After(r.Window)
 	reqs, _ = b.proxy.snapshot()
