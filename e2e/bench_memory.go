@@ -9,6 +9,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -48,21 +49,34 @@ func (b *bench) memory() error {
 }
 
 // rss reads a process's resident set size from /proc.
-func rss(pid int) (int64, error) { return procStatus(pid, "VmRSS") }
+func rss(pid int) (int64, error) {
+	v, err := procStatus(pid, "VmRSS")
+	return v[0], err
+}
 
-// procStatus reads one size field (kB) of /proc/PID/status, in bytes:
-// VmRSS, or its file-backed part RssFile (the binary's own pages).
-func procStatus(pid int, field string) (int64, error) {
+// procStatus reads size fields (kB) of /proc/PID/status, in bytes, from
+// one read: e.g. VmRSS and its file-backed part RssFile (the binary's own
+// pages) as they were at the same moment.
+func procStatus(pid int, fields ...string) ([]int64, error) {
+	v := make([]int64, len(fields))
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, err
+		return v, err
 	}
+	found := 0
 	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == field+":" {
-			var kb int64
-			fmt.Sscan(f[1], &kb)
-			return kb << 10, nil
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		if i := slices.Index(fields, strings.TrimSuffix(f[0], ":")); i >= 0 {
+			fmt.Sscan(f[1], &v[i])
+			v[i] <<= 10
+			found++
 		}
 	}
-	return 0, fmt.Errorf("no %s for pid %d", field, pid)
+	if found != len(fields) {
+		return v, fmt.Errorf("pid %d: not all of %v in /proc/PID/status", pid, fields)
+	}
+	return v, nil
 }

@@ -213,12 +213,11 @@ func (b *bench) restart() error {
 
 	reqs, last := b.proxy.snapshot()
 	r.Restart, r.RestartIdle = countRequests(reqs), last.Sub(start)
-	if r.RSSIdle, err = rss(op.Pid()); err != nil {
+	v, err := procStatus(op.Pid(), "VmRSS", "RssFile")
+	if err != nil {
 		return err
 	}
-	if r.RSSIdleFile, err = procStatus(op.Pid(), "RssFile"); err != nil {
-		return err
-	}
+	r.RSSIdle, r.RSSIdleFile = v[0], v[1]
 	b.proxy.reset()
 	<-time.After(r.Window)
 	reqs, _ = b.proxy.snapshot()

@@ -466,6 +466,45 @@ func TestBenchmarkSmoke(t *testing.T) {
 	}
 }
 
+// The report's targets: each is checked against its own anchor, and a
+// miss is named (cmd/bench exits 1 on one).
+func TestBenchTargets(t *testing.T) {
+	met := func(r BenchReport, what string) bool {
+		for _, tg := range r.Targets() {
+			if tg.What == what {
+				return tg.Met
+			}
+		}
+		t.Fatalf("no target %q", what)
+		return false
+	}
+	base := BenchReport{
+		Operator: 10 * time.Second, LoaderSame: 10 * time.Second, Loader16: 10 * time.Second,
+		Single: 100 * time.Millisecond, SingleReads: 100 * time.Millisecond, SingleLoad: 100 * time.Millisecond,
+		RestartClusters: 200, RSSIdle: 9 << 20, RSS10: 8 << 20, RSSMany: 9 << 20, BinarySize: 7 << 20, Window: time.Minute,
+	}
+	for _, c := range []struct {
+		name   string
+		change func(*BenchReport)
+		target string
+		met    bool
+	}{
+		{"burst at the bare objects' pace", func(r *BenchReport) {}, "burst against the objects only at 16", true},
+		{"burst 1.25× the bare objects", func(r *BenchReport) { r.Loader16 = 8 * time.Second }, "burst against the objects only at 16", true},
+		{"burst 1.5× the bare objects", func(r *BenchReport) { r.Loader16 = 6667 * time.Millisecond }, "burst against the objects only at 16", false},
+		{"burst 1.5× the bare objects, same requests met", func(r *BenchReport) { r.Loader16 = 6667 * time.Millisecond }, "burst against the same requests at 16", true},
+		{"one cluster 1.3× the bare objects", func(r *BenchReport) { r.SingleLoad = 77 * time.Millisecond }, "one cluster against the objects only", false},
+		{"one cluster 1.3× the bare objects, same requests met", func(r *BenchReport) { r.SingleLoad = 77 * time.Millisecond }, "one cluster against the same requests", true},
+		{"idle RSS 10.5 MiB", func(r *BenchReport) { r.RSSIdle = 21 << 19 }, "idle RSS", false},
+	} {
+		r := base
+		c.change(&r)
+		if got := met(r, c.target); got != c.met {
+			t.Errorf("%s: %q met = %v, want %v", c.name, c.target, got, c.met)
+		}
+	}
+}
+
 // needNode skips a test that runs Pods when there is no node (not root).
 func needNode(t *testing.T) {
 	t.Helper()
