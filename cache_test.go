@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // What a pass reads from the cache after a sequence of watch events and
@@ -202,5 +203,135 @@ func BenchmarkCacheMemory(b *testing.B) {
 		runtime.ReadMemStats(&after)
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/clusters, "B/cluster")
 		runtime.KeepAlive(c)
+	}
+}
+
+// Nothing is decided before the Pod, Service and PVC watches have each
+// listed once. The operator restarts on a busy API server over a healthy
+// cluster on volumes, and one watch's first list is slow while the other
+// two list at once; meanwhile the spec is edited (the default version
+// written out: a pass is due, with nothing to do). A pass that decided
+// then would see members without their claims (whose data it would call
+// lost), without their Services, or without their Pods: it must wait, and
+// once the list is in find the cluster just Running.
+func TestNothingDecidedBeforeEveryWatchListed(t *testing.T) {
+	for _, slow := range []string{"persistentvolumeclaims", "services", "pods"} {
+		t.Run(slow+" listed late", func(t *testing.T) {
+			f, op := startExample(t)
+			waitStatus(f, "example", running(3))
+			f.waitFor("the event of the creation", func() bool { return len(f.events) == 1 })
+			op.stop()
+			ids := f.memberIDs("default", "example")
+			before := ownedUIDs(f)
+			release := make(chan struct{})
+			f.setFault(holdList(slow, release))
+			mark := f.requestCount()
+
+			op = startOperator(t, f)
+			f.waitFor("the other two watches to have listed, and the slow list asked for", func() bool {
+				return len(f.streams) == 1 && len(f.podStreams)+len(f.svcStreams)+len(f.pvcStreams) == 2 &&
+					slices.ContainsFunc(f.requests[mark:], func(r request) bool { return r.Method == "GET" && r.Path == "/api/v1/namespaces/default/"+slow })
+			})
+			waits := op.logged(waitingForWatches)
+			f.putCluster("default", "example", map[string]any{"size": 3, "version": defaultVersion})
+			gen := int64(toInt(f.cluster("default", "example")["metadata"].(map[string]any)["generation"]))
+			atGen := statusCheck{fmt.Sprint("observed generation ", gen), func(st clusterStatus) bool { return st.ObservedGeneration == gen }}
+			waitUntil(f, op, "the pass to wait for the slow list, or to decide without it", func() bool {
+				f.mu.Lock()
+				decided := len(writesTo(f.requests[mark:])) > 0 || atGen.ok(statusOf(f.clusters["default/example"]))
+				f.mu.Unlock()
+				return decided || op.logged(waitingForWatches) > waits
+			})
+			close(release)
+			waitStatus(f, "example", atGen)
+			if w := writesTo(f.requestsSince(mark)); len(w) > 0 {
+				t.Errorf("with the %s list late, the pass wrote %v; want nothing but the status", slow, w)
+			}
+			if log := f.membershipLog(); len(log) != 0 {
+				t.Errorf("membership changes %v, want none", log)
+			}
+			if got := f.memberIDs("default", "example"); !slices.Equal(got, ids) {
+				t.Errorf("member IDs %v, want those of before the restart, %v", got, ids)
+			}
+			if after := ownedUIDs(f); !jsonEqual(after, before) {
+				t.Errorf("objects changed across the restart:\nbefore %v\nafter  %v", before, after)
+			}
+			if st := statusOf(f.cluster("default", "example")); !running(3).ok(st) {
+				t.Errorf("status %s %s: %s; want Running 3/3", st.Phase, st.Ready, st.Message)
+			}
+		})
+	}
+}
+
+// holdList is a fault that holds every LIST of resource in namespace
+// default back until release is closed, then answers it as usual: a list
+// the API server is slow to send. Watches and other requests go at once.
+func holdList(resource string, release <-chan struct{}) func(r request) (int, string, string) {
+	return func(r request) (int, string, string) {
+		if r.Method == "GET" && r.Path == "/api/v1/namespaces/default/"+resource && r.Query.Get("watch") == "" {
+			select {
+			case <-release:
+			case <-r.Ctx.Done():
+			}
+		}
+		return 0, "", ""
+	}
+}
+
+// writesTo is, as "METHOD path", the requests among reqs that create,
+// delete or change a Pod, Service or PVC, or change etcd's membership.
+func writesTo(reqs []request) []string {
+	var out []string
+	for _, r := range reqs {
+		owned := strings.Contains(r.Path, "/pods") || strings.Contains(r.Path, "/services") || strings.Contains(r.Path, "/persistentvolumeclaims")
+		switch {
+		case strings.Contains(r.Path, "/proxy/"):
+			if strings.Contains(r.Path, "/v3/cluster/member/") && !strings.HasSuffix(r.Path, "/member/list") {
+				out = append(out, r.Method+" "+r.Path)
+			}
+		case owned && r.Method != "GET":
+			out = append(out, r.Method+" "+r.Path)
+		}
+	}
+	return out
+}
+
+// ownedUIDs is the uid of every Pod, Service and PVC the fake holds.
+func ownedUIDs(f *fakeAPI) map[string]any {
+	uids := map[string]any{}
+	for _, r := range []string{"pods", "services", "persistentvolumeclaims"} {
+		for _, n := range f.objectNames(r) {
+			uids[r+"/"+n] = f.object(r, "default", n)["metadata"].(map[string]any)["uid"]
+		}
+	}
+	return uids
+}
+
+// waitUntil waits until cond holds, looking again on every request or
+// change the fake sees and every line the operator logs; it fails the test
+// after a generous bound. cond must not hold f.mu when it returns.
+func waitUntil(f *fakeAPI, op *operator, what string, cond func() bool) {
+	f.t.Helper()
+	deadline := time.NewTimer(20 * time.Second)
+	defer deadline.Stop()
+	for {
+		f.mu.Lock()
+		changed := f.changed
+		f.mu.Unlock()
+		op.logs.mu.Lock()
+		if op.logs.changed == nil {
+			op.logs.changed = make(chan struct{})
+		}
+		logged := op.logs.changed
+		op.logs.mu.Unlock()
+		if cond() {
+			return
+		}
+		select {
+		case <-changed:
+		case <-logged:
+		case <-deadline.C:
+			f.t.Fatalf("timed out waiting for %s; requests seen:\n%s", what, f.requestLog())
+		}
 	}
 }
