@@ -18,6 +18,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/etcd-operator/etcd-operator/internal/kube"
 )
 
 // outcome says how a step went when it did not fail.
@@ -44,7 +46,7 @@ func (c *controller) act(ctx context.Context, s step) (outcome, error) {
 		c.cache.expect(s.Namespace, s.Cluster, s.Delete, s.Member, pendingWrite{gone: true})
 		return stepDone, nil
 	case s.Patch != nil:
-		if _, err := c.client.do(ctx, http.MethodPatch, s.Patch.Path, s.Patch.Body, s.Patch.ContentType); err != nil {
+		if _, err := c.client.Do(ctx, http.MethodPatch, s.Patch.Path, s.Patch.Body, s.Patch.ContentType); err != nil {
 			return stepDone, fmt.Errorf("%s %s: %w", patchFailed[s.Action], s.Member, err)
 		}
 		switch s.Action {
@@ -120,8 +122,8 @@ var membershipChange = map[string]struct{ done, failed string }{
 // delete deletes one object; one already gone counts as deleted.
 func (c *controller) delete(ctx context.Context, log *slog.Logger, ns, resource, name string) error {
 	object := strings.TrimSuffix(resource, "s") + "/" + name
-	_, err := c.client.do(ctx, http.MethodDelete, "/api/v1/namespaces/"+url.PathEscape(ns)+"/"+resource+"/"+url.PathEscape(name), nil, "")
-	if err != nil && !isStatus(err, http.StatusNotFound) {
+	_, err := c.client.Do(ctx, http.MethodDelete, "/api/v1/namespaces/"+url.PathEscape(ns)+"/"+resource+"/"+url.PathEscape(name), nil, "")
+	if err != nil && !kube.IsStatus(err, http.StatusNotFound) {
 		return fmt.Errorf("delete %s: %w", object, err)
 	}
 	log.Info("deleted", "object", object)
@@ -135,15 +137,15 @@ func (c *controller) delete(ctx context.Context, log *slog.Logger, ns, resource,
 func (c *controller) create(ctx context.Context, log *slog.Logger, ns, owner string, o object) (bool, error) {
 	collection := "/api/v1/namespaces/" + url.PathEscape(ns) + "/" + o.Resource
 	name := strings.TrimSuffix(o.Resource, "s") + "/" + o.Name
-	_, err := c.client.do(ctx, http.MethodPost, collection, o.Body, "application/json")
+	_, err := c.client.Do(ctx, http.MethodPost, collection, o.Body, "application/json")
 	if err == nil {
 		log.Info("created", "object", name)
 		return true, nil
 	}
-	if !isStatus(err, http.StatusConflict) {
+	if !kube.IsStatus(err, http.StatusConflict) {
 		return false, fmt.Errorf("create %s: %w", name, err)
 	}
-	existing, err := c.client.do(ctx, http.MethodGet, collection+"/"+url.PathEscape(o.Name), nil, "")
+	existing, err := c.client.Do(ctx, http.MethodGet, collection+"/"+url.PathEscape(o.Name), nil, "")
 	if err != nil {
 		return false, fmt.Errorf("create %s: it exists, and reading it failed: %w", name, err)
 	}

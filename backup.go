@@ -3,7 +3,7 @@
 // A backup is a pipeline of readers, each holding one chunk at a time, so
 // that the operator's memory does not grow with the database:
 //
-//	member's JSON gateway -> snapshotReader (decode, check sha256)
+//	member's JSON gateway -> snapshot.Reader (decode, check sha256)
 //	  -> gzip (optional) -> AES-256-GCM (optional) -> sha256 and size
 //	  -> S3 (a multipart upload, in parts of 64 MiB)
 //
@@ -21,6 +21,7 @@ package main
 
 import (
 	"cmp"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -28,12 +29,17 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"net/http"
 	"net/url"
 	"path"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/etcd-operator/etcd-operator/internal/encryption"
+	"github.com/etcd-operator/etcd-operator/internal/s3"
+	"github.com/etcd-operator/etcd-operator/internal/snapshot"
 )
 
 // backupIdle cancels a backup whose stream has not moved for this long: a
@@ -52,7 +58,7 @@ type s3Spec struct {
 // check validates s3 (field, for errors: "spec.backup.s3") and fills in
 // the defaults.
 func (s *s3Spec) check(field string) error {
-	if _, err := parseEndpoint(s.Endpoint); err != nil {
+	if _, err := s3.ParseEndpoint(s.Endpoint); err != nil {
 		return fmt.Errorf("%s.endpoint: %w", field, err)
 	}
 	if !bucketName.MatchString(s.Bucket) {
@@ -183,8 +189,8 @@ func toPrune(keys []string, prefix string, keep int, latest string) []string {
 }
 
 // prune deletes the backups retention does not keep.
-func prune(ctx context.Context, store *s3Client, prefix string, keep int, latest string) ([]string, error) {
-	objs, err := store.list(ctx, prefix)
+func prune(ctx context.Context, store *s3.Client, prefix string, keep int, latest string) ([]string, error) {
+	objs, err := store.List(ctx, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +200,7 @@ func prune(ctx context.Context, store *s3Client, prefix string, keep int, latest
 	}
 	var deleted []string
 	for _, k := range toPrune(keys, prefix, keep, latest) {
-		if err := store.delete(ctx, k); err != nil {
+		if err := store.Delete(ctx, k); err != nil {
 			return deleted, err
 		}
 		deleted = append(deleted, k)
@@ -214,7 +220,7 @@ func (c *controller) readSecret(ctx context.Context, ns, name string) (map[strin
 }
 
 // s3For makes the S3 client of s, with the credentials of its Secret.
-func (c *controller) s3For(ctx context.Context, ns string, s s3Spec) (*s3Client, error) {
+func (c *controller) s3For(ctx context.Context, ns string, s s3Spec) (*s3.Client, error) {
 	data, err := c.readSecret(ctx, ns, s.CredentialsSecret)
 	if err != nil {
 		return nil, err
@@ -223,7 +229,7 @@ func (c *controller) s3For(ctx context.Context, ns string, s s3Spec) (*s3Client,
 	if access == "" || secret == "" {
 		return nil, fmt.Errorf("Secret %s/%s needs the keys accessKeyID and secretAccessKey", ns, s.CredentialsSecret)
 	}
-	return newS3Client(s.Endpoint, s.Bucket, s.Region, access, secret)
+	return s3.New(s.Endpoint, s.Bucket, s.Region, access, secret)
 }
 
 // encryptionKey reads the key of spec.backup.encryptionKeySecret (key "key").
@@ -232,7 +238,7 @@ func (c *controller) encryptionKey(ctx context.Context, ns, name string) ([]byte
 	if err != nil {
 		return nil, err
 	}
-	k, err := parseEncryptionKey(data["key"])
+	k, err := encryption.ParseKey(data["key"])
 	if err != nil {
 		return nil, fmt.Errorf("Secret %s/%s, key \"key\": %w", ns, name, err)
 	}
@@ -242,8 +248,8 @@ func (c *controller) encryptionKey(ctx context.Context, ns, name string) ([]byte
 // memberRevision is what a member's /v3/maintenance/status says of its data.
 type memberRevision struct {
 	Header struct {
-		MemberID string  `json:"member_id"`
-		Revision jsonInt `json:"revision"`
+		MemberID string      `json:"member_id"`
+		Revision json.Number `json:"revision"` // a string, as the gateway writes int64s
 	} `json:"header"`
 	Leader string `json:"leader"`
 }
@@ -268,7 +274,12 @@ func (c *controller) snapshotMember(ctx context.Context, ec *EtcdCluster) (strin
 			c.log.Debug("member did not answer; not snapshotting it", "pod", ns+"/"+p.Metadata.Name, "err", err)
 			continue
 		}
-		rev, leader := int64(st.Header.Revision), st.Leader == st.Header.MemberID
+		rev, err := st.Header.Revision.Int64()
+		if err != nil && st.Header.Revision != "" {
+			c.log.Debug("member answered no revision; not snapshotting it", "pod", ns+"/"+p.Metadata.Name, "revision", st.Header.Revision)
+			continue
+		}
+		leader := st.Leader == st.Header.MemberID
 		if rev > bestRev || rev == bestRev && bestLeader && !leader {
 			best, bestRev, bestLeader = p.Metadata.Name, rev, leader
 		}
@@ -297,7 +308,7 @@ func (c *controller) backupCluster(ctx context.Context, ec *EtcdCluster, spec *b
 	prefix := backupPrefix(spec, ns, ec.Metadata.Name)
 	// Also the first request to S3: wrong credentials or a missing bucket
 	// fail here, before etcd is asked for anything.
-	if err := store.abortUploads(ctx, prefix); err != nil {
+	if err := store.AbortUploads(ctx, prefix); err != nil {
 		return backupRecord{}, fmt.Errorf("clear unfinished uploads: %w", err)
 	}
 	objKey := objectKey(prefix, start, rev, spec)
@@ -311,7 +322,7 @@ func (c *controller) backupCluster(ctx context.Context, ec *EtcdCluster, spec *b
 
 // backupTargets reads the Secrets: the S3 client, and the encryption key
 // (nil without encryption).
-func (c *controller) backupTargets(ctx context.Context, ns string, spec *backupSpec) (*s3Client, []byte, error) {
+func (c *controller) backupTargets(ctx context.Context, ns string, spec *backupSpec) (*s3.Client, []byte, error) {
 	store, err := c.s3For(ctx, ns, spec.S3)
 	if err != nil {
 		return nil, nil, err
@@ -325,7 +336,7 @@ func (c *controller) backupTargets(ctx context.Context, ns string, spec *backupS
 
 // upload streams a snapshot of member through the pipeline into objKey
 // and returns the object's sha256 and size, checked against S3's.
-func (c *controller) upload(ctx context.Context, ns, member string, store *s3Client, objKey string, gz bool, key []byte) (string, int64, error) {
+func (c *controller) upload(ctx context.Context, ns, member string, store *s3.Client, objKey string, gz bool, key []byte) (string, int64, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	idle := time.AfterFunc(backupIdle, func() { cancel(errBackupStalled) })
@@ -341,13 +352,13 @@ func (c *controller) upload(ctx context.Context, ns, member string, store *s3Cli
 	}
 	defer done()
 	h := &hashingReader{r: body, h: sha256.New()}
-	if err := store.put(ctx, objKey, h, size); err != nil {
+	if err := store.Put(ctx, objKey, h, size); err != nil {
 		if cause := context.Cause(ctx); cause == errBackupStalled {
 			err = fmt.Errorf("%w: %w", cause, err)
 		}
 		return "", 0, err
 	}
-	if got, err := store.head(ctx, objKey); err != nil || got != h.n {
+	if got, err := store.Head(ctx, objKey); err != nil || got != h.n {
 		return "", 0, fmt.Errorf("uploaded %d bytes, S3 holds %d: %v", h.n, got, err)
 	}
 	return hex.EncodeToString(h.h.Sum(nil)), h.n, nil
@@ -363,14 +374,14 @@ func sealed(snap io.Reader, size int64, gz bool, key []byte) (io.Reader, int64, 
 		r, size, done = z, -1, func() { z.Close() }
 	}
 	if key != nil {
-		e, err := newEncryptReader(r, key)
+		e, err := encryption.Encrypt(r, key)
 		if err != nil {
 			done()
 			return nil, 0, nil, err
 		}
 		r = e
 		if size >= 0 {
-			size = encryptedSize(size)
+			size = encryption.SealedSize(size)
 		}
 	}
 	return r, size, done, nil
@@ -406,4 +417,37 @@ func (h *hashingReader) Read(b []byte) (int, error) {
 	h.h.Write(b[:n])
 	h.n += int64(n)
 	return n, err
+}
+
+// openSnapshot asks a member for a snapshot through the API server's Pod
+// proxy, the path every other question to etcd takes (observe.go), and
+// reads the stream's first message, which gives its size. The caller
+// closes the reader.
+func (c *controller) openSnapshot(ctx context.Context, ns, podName string) (*snapshot.Reader, error) {
+	p := "/api/v1/namespaces/" + url.PathEscape(ns) + "/pods/" + url.PathEscape(podName) + fmt.Sprintf(":%d/proxy", clientPort) + "/v3/maintenance/snapshot"
+	body, err := c.client.Stream(ctx, http.MethodPost, p, []byte("{}"), "application/json")
+	if err != nil {
+		return nil, err
+	}
+	s, err := snapshot.NewReader(body)
+	if err != nil {
+		body.Close()
+		return nil, fmt.Errorf("snapshot of %s/%s: %w", ns, podName, err)
+	}
+	return s, nil
+}
+
+// gzipReader compresses src as it is read. Closing it stops the
+// goroutine that compresses, whether or not everything was read.
+func gzipReader(src io.Reader) io.ReadCloser {
+	pr, pw := io.Pipe()
+	go func() {
+		zw, _ := gzip.NewWriterLevel(pw, gzip.BestSpeed)
+		_, err := io.Copy(zw, src)
+		if err == nil {
+			err = zw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	return pr
 }

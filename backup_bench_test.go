@@ -22,6 +22,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/etcd-operator/etcd-operator/internal/s3"
+	"github.com/etcd-operator/etcd-operator/internal/snapshot"
 )
 
 // streamGen writes the gateway's stream for size bytes as it is read.
@@ -94,14 +97,14 @@ func BenchmarkBackupPipeline(b *testing.B) {
 	}{{"plain", false, nil}, {"gzip", true, nil}, {"encrypted", false, testKey}, {"gzip+encrypted", true, testKey}} {
 		b.Run(tt.name, func(b *testing.B) {
 			srv, _ := discardS3(b)
-			s, err := newS3Client(srv.URL, "bkt", "us-east-1", "a", "s")
+			s, err := s3.New(srv.URL, "bkt", "us-east-1", "a", "s")
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.SetBytes(size)
 			for b.Loop() {
 				peak := heapPeak(func() {
-					snap, err := newSnapshotReader(io.NopCloser(newStreamGen(size)))
+					snap, err := snapshot.NewReader(io.NopCloser(newStreamGen(size)))
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -110,7 +113,7 @@ func BenchmarkBackupPipeline(b *testing.B) {
 						b.Fatal(err)
 					}
 					defer done()
-					if err := s.put(context.Background(), "k", body, n); err != nil {
+					if err := s.Put(context.Background(), "k", body, n); err != nil {
 						b.Fatal(err)
 					}
 				})

@@ -13,13 +13,15 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
+
+	"github.com/etcd-operator/etcd-operator/internal/s3"
+	"github.com/etcd-operator/etcd-operator/internal/snapshot/snapshottest"
 )
 
 func liveEnv(t *testing.T, names ...string) []string {
@@ -35,11 +37,11 @@ func liveEnv(t *testing.T, names ...string) []string {
 	return out
 }
 
-func liveS3(t *testing.T, bucket string) *s3Client {
+func liveS3(t *testing.T, bucket string) *s3.Client {
 	t.Helper()
 	env := liveEnv(t, "LIVE_S3_URL", "LIVE_S3_ACCESS", "LIVE_S3_SECRET")
 	smallParts(t)
-	s, err := newS3Client(env[0], bucket, "us-east-1", env[1], env[2])
+	s, err := s3.New(env[0], bucket, "us-east-1", env[1], env[2])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,9 +60,9 @@ func TestLiveS3(t *testing.T) {
 		n, told    int64
 		multiparts int
 	}{{"one part", 1000, 1000, 0}, {"multipart, known size", 12 << 20, 12 << 20, 1}, {"multipart, unknown size", 11 << 20, -1, 1}} {
-		data := snapshotData(int(tt.n))
+		data := snapshottest.Data(int(tt.n))
 		key := prefix + strings.ReplaceAll(tt.name, " ", "-")
-		if err := s.put(ctx, key, bytes.NewReader(data), tt.told); err != nil {
+		if err := s.Put(ctx, key, bytes.NewReader(data), tt.told); err != nil {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
 		if got := liveGet(t, s, key); !bytes.Equal(got, data) {
@@ -73,35 +75,38 @@ func TestLiveS3(t *testing.T) {
 		cut, told int64
 	}{{"in the only part", 2 << 20, 3 << 20}, {"known size, in the second part", 7 << 20, 12 << 20}, {"unknown size, in the second part", 7 << 20, -1}} {
 		key := prefix + "cut-" + strings.ReplaceAll(tt.name, " ", "-")
-		if err := s.put(ctx, key, &errReader{data: make([]byte, tt.cut), err: cut}, tt.told); !errors.Is(err, cut) {
+		if err := s.Put(ctx, key, io.MultiReader(bytes.NewReader(make([]byte, tt.cut)), iotest.ErrReader(cut)), tt.told); !errors.Is(err, cut) {
 			t.Errorf("cut %s: %v", tt.name, err)
 		}
-		if _, err := s.head(ctx, key); err == nil {
+		if _, err := s.Head(ctx, key); err == nil {
 			t.Errorf("cut %s: the object exists", tt.name)
 		}
 	}
 	// versitygw v1.8.0 may store a part whose body was cut after the
 	// upload was aborted (it answers that PUT 200), which makes the upload
 	// open again: no object, and the next backup aborts it first, as here.
-	if err := s.abortUploads(ctx, prefix); err != nil {
+	if err := s.AbortUploads(ctx, prefix); err != nil {
 		t.Fatal(err)
 	}
 	liveNoUploads(t, s, prefix)
-	objs, err := s.list(ctx, prefix)
+	objs, err := s.List(ctx, prefix)
 	if err != nil || len(objs) != 3 {
 		t.Fatalf("list: %v, %v; want the 3 objects put", objs, err)
 	}
 	for _, o := range objs {
-		if err := s.delete(ctx, o.Key); err != nil {
+		if err := s.Delete(ctx, o.Key); err != nil {
 			t.Fatal(err)
 		}
 	}
-	wrong := liveS3(t, bucket)
-	wrong.secret += "x"
-	if _, err := wrong.list(ctx, prefix); !isS3Code(err, "SignatureDoesNotMatch") {
+	env := liveEnv(t, "LIVE_S3_URL", "LIVE_S3_ACCESS", "LIVE_S3_SECRET")
+	wrong, err := s3.New(env[0], bucket, "us-east-1", env[1], env[2]+"x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wrong.List(ctx, prefix); !s3.IsCode(err, "SignatureDoesNotMatch") {
 		t.Errorf("wrong secret: %v", err)
 	}
-	if _, err := liveS3(t, "no-such-bucket").list(ctx, ""); !isS3Code(err, "NoSuchBucket") {
+	if _, err := liveS3(t, "no-such-bucket").List(ctx, ""); !s3.IsCode(err, "NoSuchBucket") {
 		t.Errorf("missing bucket: %v", err)
 	}
 }
@@ -109,14 +114,14 @@ func TestLiveS3(t *testing.T) {
 // smallParts makes parts of S3's smallest size, 5 MiB, so that a test
 // cluster's database takes several.
 func smallParts(t *testing.T) {
-	part, buffered := s3PartSize, s3BufferedPart
-	s3PartSize, s3BufferedPart = 5<<20, 5<<20
-	t.Cleanup(func() { s3PartSize, s3BufferedPart = part, buffered })
+	part, buffered := s3.DefaultPartSize, s3.DefaultBufferedPart
+	s3.DefaultPartSize, s3.DefaultBufferedPart = 5<<20, 5<<20
+	t.Cleanup(func() { s3.DefaultPartSize, s3.DefaultBufferedPart = part, buffered })
 }
 
-func liveGet(t *testing.T, s *s3Client, key string) []byte {
+func liveGet(t *testing.T, s *s3.Client, key string) []byte {
 	t.Helper()
-	r, err := s.get(context.Background(), key)
+	r, err := s.Get(context.Background(), key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,13 +133,13 @@ func liveGet(t *testing.T, s *s3Client, key string) []byte {
 	return b
 }
 
-func liveNoUploads(t *testing.T, s *s3Client, prefix string) {
+func liveNoUploads(t *testing.T, s *s3.Client, prefix string) {
 	t.Helper()
-	var l struct{ Upload []struct{ Key string } }
-	if err := s.call(context.Background(), s3Request{method: http.MethodGet, query: url.Values{"uploads": {""}, "prefix": {prefix}}}, &l); err != nil {
+	open, err := s.Uploads(context.Background(), prefix)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if len(l.Upload) != 0 {
-		t.Errorf("multipart uploads left open: %v", l.Upload)
+	if len(open) != 0 {
+		t.Errorf("multipart uploads left open: %v", open)
 	}
 }

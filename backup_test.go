@@ -16,6 +16,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/etcd-operator/etcd-operator/internal/encryption"
+	"github.com/etcd-operator/etcd-operator/internal/kube"
+	"github.com/etcd-operator/etcd-operator/internal/s3/s3test"
+	"github.com/etcd-operator/etcd-operator/internal/snapshot/snapshottest"
 )
 
 func TestParseBackupSpec(t *testing.T) {
@@ -182,7 +187,7 @@ func newBackupAPI(t *testing.T, data []byte) *backupAPI {
 	a := &backupAPI{
 		secrets:   map[string]map[string][]byte{"s3": {"accessKeyID": []byte("AKIDTEST"), "secretAccessKey": []byte("test-secret-key")}, "key": {"key": testKey}},
 		revisions: map[string]string{"example-0": "42", "example-1": "42", "example-2": "41"},
-		stream:    func(string) string { return gatewayStream(data, 32<<10) },
+		stream:    func(string) string { return snapshottest.Stream(data, 32<<10) },
 	}
 	a.srv = httptest.NewServer(http.HandlerFunc(a.serve))
 	t.Cleanup(a.srv.Close)
@@ -241,7 +246,7 @@ func (a *backupAPI) statusPatches() []string {
 }
 
 func backupController(a *backupAPI) *controller {
-	c := newClient(a.srv.URL, nil)
+	c := kube.New(a.srv.URL, nil)
 	log := slog.New(slog.DiscardHandler)
 	return &controller{client: c, log: log, image: repo, events: newRecorder(c, log)}
 }
@@ -255,7 +260,7 @@ func exampleCluster(t *testing.T, s3URL, backup string) *EtcdCluster {
 // One backup, as each option makes it: the object undone is the
 // snapshot, and the record says what S3 holds.
 func TestBackupCluster(t *testing.T) {
-	data := snapshotData(100000)
+	data := snapshottest.Data(100000)
 	sum := sha256.Sum256(data)
 	want := append(bytes.Clone(data), sum[:]...)
 	tests := []struct {
@@ -268,8 +273,8 @@ func TestBackupCluster(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, s3 := newBackupAPI(t, data), newFakeS3(t, "bkt")
-			ec := exampleCluster(t, s3.srv.URL, tt.backup)
+			a, objs := newBackupAPI(t, data), s3test.New(t, "bkt")
+			ec := exampleCluster(t, objs.URL, tt.backup)
 			spec, err := parseBackupSpec(ec.Spec)
 			if err != nil {
 				t.Fatal(err)
@@ -285,7 +290,7 @@ func TestBackupCluster(t *testing.T) {
 			if !strings.HasPrefix(rec.Key, "etcd/ns/example/") || !strings.HasSuffix(rec.Key, "-42"+tt.suffix) || rec.Now != spec.Now {
 				t.Errorf("record %+v", rec)
 			}
-			obj, ok := s3.object("bkt", rec.Key)
+			obj, ok := objs.Object("bkt", rec.Key)
 			objSum := sha256.Sum256(obj)
 			if !ok || rec.Size != int64(len(obj)) || rec.SHA256 != hex.EncodeToString(objSum[:]) {
 				t.Fatalf("record %+v; S3 holds %d bytes (exists %v)", rec, len(obj), ok)
@@ -303,7 +308,7 @@ func undo(t *testing.T, obj []byte, gz, enc bool) []byte {
 	r := io.Reader(bytes.NewReader(obj))
 	var err error
 	if enc {
-		if r, err = newDecryptReader(r, testKey); err != nil {
+		if r, err = encryption.Decrypt(r, testKey); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -322,37 +327,37 @@ func undo(t *testing.T, obj []byte, gz, enc bool) []byte {
 // Each fault fails the backup with a message that says what, and leaves
 // no object in the bucket.
 func TestBackupClusterFaults(t *testing.T) {
-	data := snapshotData(100000)
+	data := snapshottest.Data(100000)
 	tests := []struct {
 		name   string
 		backup string
-		change func(a *backupAPI, s3 *fakeS3)
+		change func(a *backupAPI, objs *s3test.Server)
 		err    string
 	}{
-		{"wrong secret key", "", func(a *backupAPI, _ *fakeS3) { a.secrets["s3"]["secretAccessKey"] = []byte("wrong") }, "SignatureDoesNotMatch"},
-		{"no credentials Secret", "", func(a *backupAPI, _ *fakeS3) { delete(a.secrets, "s3") }, "read Secret ns/s3"},
-		{"Secret without the keys", "", func(a *backupAPI, _ *fakeS3) { a.secrets["s3"] = map[string][]byte{"user": []byte("x")} }, "needs the keys accessKeyID and secretAccessKey"},
-		{"missing bucket", "", func(_ *backupAPI, s3 *fakeS3) { delete(s3.buckets, "bkt") }, "NoSuchBucket"},
-		{"bad encryption key", `,"encryptionKeySecret":"key"`, func(a *backupAPI, _ *fakeS3) { a.secrets["key"]["key"] = []byte("short") }, "must be 32 bytes"},
-		{"stream cut", "", func(a *backupAPI, _ *fakeS3) {
-			a.stream = func(string) string { s := gatewayStream(data, 32<<10); return s[:len(s)/2] }
+		{"wrong secret key", "", func(a *backupAPI, _ *s3test.Server) { a.secrets["s3"]["secretAccessKey"] = []byte("wrong") }, "SignatureDoesNotMatch"},
+		{"no credentials Secret", "", func(a *backupAPI, _ *s3test.Server) { delete(a.secrets, "s3") }, "read Secret ns/s3"},
+		{"Secret without the keys", "", func(a *backupAPI, _ *s3test.Server) { a.secrets["s3"] = map[string][]byte{"user": []byte("x")} }, "needs the keys accessKeyID and secretAccessKey"},
+		{"missing bucket", "", func(_ *backupAPI, objs *s3test.Server) { objs.RemoveBucket("bkt") }, "NoSuchBucket"},
+		{"bad encryption key", `,"encryptionKeySecret":"key"`, func(a *backupAPI, _ *s3test.Server) { a.secrets["key"]["key"] = []byte("short") }, "must be 32 bytes"},
+		{"stream cut", "", func(a *backupAPI, _ *s3test.Server) {
+			a.stream = func(string) string { s := snapshottest.Stream(data, 32<<10); return s[:len(s)/2] }
 		}, "cut after"},
-		{"stream cut, gzip", `,"gzip":true`, func(a *backupAPI, _ *fakeS3) {
-			a.stream = func(string) string { s := gatewayStream(data, 32<<10); return s[:len(s)-60] }
+		{"stream cut, gzip", `,"gzip":true`, func(a *backupAPI, _ *s3test.Server) {
+			a.stream = func(string) string { s := snapshottest.Stream(data, 32<<10); return s[:len(s)-60] }
 		}, "cut after"},
-		{"sha256 mismatch", "", func(a *backupAPI, _ *fakeS3) {
-			a.stream = func(string) string { return strings.Replace(gatewayStream(data, 32<<10), "A", "B", 1) }
+		{"sha256 mismatch", "", func(a *backupAPI, _ *s3test.Server) {
+			a.stream = func(string) string { return strings.Replace(snapshottest.Stream(data, 32<<10), "A", "B", 1) }
 		}, "sha256 mismatch"},
-		{"etcd error", "", func(a *backupAPI, _ *fakeS3) {
+		{"etcd error", "", func(a *backupAPI, _ *s3test.Server) {
 			a.stream = func(string) string { return `{"error":{"code":14,"message":"etcdserver: request timed out"}}` }
 		}, "request timed out"},
-		{"no member answers", "", func(a *backupAPI, _ *fakeS3) { a.revisions = map[string]string{} }, "no ready member"},
+		{"no member answers", "", func(a *backupAPI, _ *s3test.Server) { a.revisions = map[string]string{} }, "no ready member"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, s3 := newBackupAPI(t, data), newFakeS3(t, "bkt")
-			tt.change(a, s3)
-			ec := exampleCluster(t, s3.srv.URL, tt.backup)
+			a, objs := newBackupAPI(t, data), s3test.New(t, "bkt")
+			tt.change(a, objs)
+			ec := exampleCluster(t, objs.URL, tt.backup)
 			spec, err := parseBackupSpec(ec.Spec)
 			if err != nil {
 				t.Fatal(err)
@@ -361,11 +366,11 @@ func TestBackupClusterFaults(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.err) {
 				t.Fatalf("error %v, want one with %q", err, tt.err)
 			}
-			if keys := s3.keys(); len(keys) != 0 {
+			if keys := objs.Keys(); len(keys) != 0 {
 				t.Errorf("objects left: %v", keys)
 			}
-			if s3.openUploads() != 0 {
-				t.Errorf("%d uploads left open", s3.openUploads())
+			if objs.OpenUploads() != 0 {
+				t.Errorf("%d uploads left open", objs.OpenUploads())
 			}
 		})
 	}
@@ -373,7 +378,7 @@ func TestBackupClusterFaults(t *testing.T) {
 
 // An unreachable endpoint fails the backup, not the operator.
 func TestBackupUnreachableEndpoint(t *testing.T) {
-	a := newBackupAPI(t, snapshotData(1000))
+	a := newBackupAPI(t, snapshottest.Data(1000))
 	dead := httptest.NewServer(http.NotFoundHandler())
 	dead.Close()
 	ec := exampleCluster(t, dead.URL, "")
@@ -388,13 +393,13 @@ func TestBackupUnreachableEndpoint(t *testing.T) {
 // answered, retention after each backup, and the status written with a
 // merge patch of the backup's own fields only.
 func TestBackupStepOnDemand(t *testing.T) {
-	a, s3 := newBackupAPI(t, snapshotData(5000)), newFakeS3(t, "bkt")
+	a, objs := newBackupAPI(t, snapshottest.Data(5000)), s3test.New(t, "bkt")
 	b := newBackups(context.Background(), backupController(a))
 	var st backupState
 	for i, token := range []string{"1", "2", "3"} {
 		rev := fmt.Sprint(100 + i) // distinct keys, even within one second
 		a.revisions = map[string]string{"example-0": rev, "example-1": rev}
-		ec := exampleCluster(t, s3.srv.URL, `,"keep":2,"now":"`+token+`"`)
+		ec := exampleCluster(t, objs.URL, `,"keep":2,"now":"`+token+`"`)
 		b.step(context.Background(), ec, &st)
 		patches := a.statusPatches()
 		if len(patches) != i+1 {
@@ -407,7 +412,7 @@ func TestBackupStepOnDemand(t *testing.T) {
 			t.Fatalf("token %s answered, yet another step did something", token)
 		}
 	}
-	keys := s3.keys()
+	keys := objs.Keys()
 	if len(keys) != 2 || !strings.HasSuffix(keys[0], "-101.db") || !strings.HasSuffix(keys[1], "-102.db") {
 		t.Errorf("objects after retention: %v, want the last 2", keys)
 	}
@@ -416,11 +421,11 @@ func TestBackupStepOnDemand(t *testing.T) {
 // A failed step records the failure, counts the attempts, and says when
 // to try again.
 func TestBackupStepFailure(t *testing.T) {
-	a, s3 := newBackupAPI(t, snapshotData(5000)), newFakeS3(t, "bkt")
-	delete(s3.buckets, "bkt")
+	a, objs := newBackupAPI(t, snapshottest.Data(5000)), s3test.New(t, "bkt")
+	objs.RemoveBucket("bkt")
 	b := newBackups(context.Background(), backupController(a))
 	var st backupState
-	ec := exampleCluster(t, s3.srv.URL, `,"schedule":"1h"`)
+	ec := exampleCluster(t, objs.URL, `,"schedule":"1h"`)
 	for attempt := 1; attempt <= 2; attempt++ {
 		b.step(context.Background(), ec, &st)
 		wait, ok := b.step(context.Background(), ec, &st) // too early to retry
@@ -445,7 +450,7 @@ func TestBackupStepFailure(t *testing.T) {
 // The schedule's goroutine starts with spec.backup, and stops when it
 // goes, when the cluster is deleted, or when a new cluster takes the name.
 func TestBackupsUpdate(t *testing.T) {
-	a := newBackupAPI(t, snapshotData(5000))
+	a := newBackupAPI(t, snapshottest.Data(5000))
 	ctx, cancel := context.WithCancel(context.Background())
 	b := newBackups(ctx, backupController(a))
 	defer func() { cancel(); b.stop() }()
@@ -486,3 +491,6 @@ func TestBackupsUpdate(t *testing.T) {
 		}
 	}
 }
+
+// testKey is the encryption key of the tests' encrypted backups.
+var testKey = bytes.Repeat([]byte{7}, 32)

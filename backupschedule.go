@@ -280,7 +280,7 @@ func (b *backups) failed(ctx context.Context, ec *EtcdCluster, st *backupState, 
 // writeStatus merge-patches the given status fields, and only those.
 func (b *backups) writeStatus(ctx context.Context, ec *EtcdCluster, fields map[string]any) {
 	p := clustersPath(ec.Metadata.Namespace) + "/" + url.PathEscape(ec.Metadata.Name) + "/status"
-	if _, err := b.c.client.do(ctx, http.MethodPatch, p, mustJSON(map[string]any{"status": fields}), "application/merge-patch+json"); err != nil {
+	if _, err := b.c.client.Do(ctx, http.MethodPatch, p, mustJSON(map[string]any{"status": fields}), "application/merge-patch+json"); err != nil {
 		b.c.log.Warn("recording the backup in the status failed", "cluster", ec.key(), "err", err)
 	}
 }

@@ -28,13 +28,15 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/etcd-operator/etcd-operator/internal/kube"
 )
 
 // newController is the operator's controller on the fake, without its
 // loop and without a cache (so a pass lists): a test calls its passes and
 // steps itself. Its Events stay queued.
 func newController(f *fakeAPI) *controller {
-	c := newClient(f.srv.URL, nil)
+	c := kube.New(f.srv.URL, nil)
 	log := slog.New(slog.DiscardHandler)
 	return &controller{client: c, log: log, image: repo, events: newRecorder(c, log)}
 }

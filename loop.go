@@ -24,10 +24,12 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/etcd-operator/etcd-operator/internal/kube"
 )
 
 type controller struct {
-	client *client
+	client *kube.Client
 	log    *slog.Logger
 	image  string
 	// operatorImage is this operator's image: restored members run it.

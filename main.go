@@ -30,6 +30,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/etcd-operator/etcd-operator/internal/kube"
 )
 
 type config struct {
@@ -121,10 +123,10 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	c.limit = newRateLimiter(cfg.qps, cfg.burst)
-	c.timeout = cfg.requestTimeout
-	c.log = log
-	log.Info("etcd-operator starting", "apiServer", c.base, "namespace", printable(namespace), "workers", cfg.workers, "qps", cfg.qps)
+	c.Limit = kube.NewRateLimiter(cfg.qps, cfg.burst)
+	c.Timeout = cfg.requestTimeout
+	c.Log = log
+	log.Info("etcd-operator starting", "apiServer", c.Base(), "namespace", printable(namespace), "workers", cfg.workers, "qps", cfg.qps)
 
 	clusters, synced := make(chan event[*EtcdCluster]), make(chan struct{})
 	pods, services, claims := make(chan event[ownedEvent]), make(chan event[ownedEvent]), make(chan event[ownedEvent])
@@ -156,22 +158,22 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 
 // connect picks how to reach the API server: -master if given, else the
 // in-cluster API server when running in a Pod, else kubectl proxy's address.
-func connect(cfg config) (*client, string, error) {
+func connect(cfg config) (*kube.Client, string, error) {
 	inPod := os.Getenv("KUBERNETES_SERVICE_HOST") != ""
 	if cfg.masterSet || !inPod {
 		u, err := url.Parse(cfg.master)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, "", fmt.Errorf("-master %q: want a URL such as http://127.0.0.1:8001", cfg.master)
 		}
-		return newClient(cfg.master, nil), cfg.namespace, nil
+		return kube.New(cfg.master, nil), cfg.namespace, nil
 	}
-	c, err := inClusterClient(serviceAccountDir)
+	c, err := kube.InCluster(kube.ServiceAccountDir)
 	if err != nil {
 		return nil, "", fmt.Errorf("in-cluster config (or pass -master): %w", err)
 	}
 	namespace := cfg.namespace
 	if !cfg.namespaceSet {
-		b, err := os.ReadFile(serviceAccountDir + "/namespace")
+		b, err := os.ReadFile(kube.ServiceAccountDir + "/namespace")
 		if err != nil {
 			return nil, "", fmt.Errorf("in-cluster namespace (or pass -namespace): %w", err)
 		}

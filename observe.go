@@ -28,6 +28,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/etcd-operator/etcd-operator/internal/kube"
 )
 
 // etcdTimeout bounds each request to a member: a member that is down or
@@ -352,7 +354,7 @@ func (c *controller) observeEtcd(ctx context.Context, ns string, running []strin
 	for _, name := range running {
 		var a memberStatusAnswer
 		if err := c.etcd(ctx, ns, name, "/v3/maintenance/status", struct{}{}, &a); err != nil {
-			if isStatus(err, http.StatusForbidden) || isStatus(err, http.StatusUnauthorized) {
+			if kube.IsStatus(err, http.StatusForbidden) || kube.IsStatus(err, http.StatusUnauthorized) {
 				return v, fmt.Errorf("ask etcd member %s: %w", name, err)
 			}
 			c.log.Debug("member did not answer", "pod", ns+"/"+name, "err", err)
@@ -406,9 +408,9 @@ func (c *controller) clusterVersion(ctx context.Context, ns string, pods []strin
 		}
 		p := "/api/v1/namespaces/" + url.PathEscape(ns) + "/pods/" + url.PathEscape(pod) + fmt.Sprintf(":%d/proxy/version", clientPort)
 		ctx, cancel := context.WithTimeout(ctx, etcdTimeout)
-		b, _, err := c.client.try(ctx, http.MethodGet, p, nil, "")
+		b, err := c.client.Once(ctx, http.MethodGet, p, nil, "")
 		cancel()
-		if isStatus(err, http.StatusForbidden) || isStatus(err, http.StatusUnauthorized) {
+		if kube.IsStatus(err, http.StatusForbidden) || kube.IsStatus(err, http.StatusUnauthorized) {
 			return "", fmt.Errorf("ask etcd member %s its cluster version: %w", pod, err)
 		}
 		if err == nil && json.Unmarshal(b, &v) == nil && isVersion(v.Cluster) {
@@ -469,7 +471,7 @@ func (c *controller) etcd(ctx context.Context, ns, podName, path string, req, re
 	ctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	defer cancel()
 	p := "/api/v1/namespaces/" + url.PathEscape(ns) + "/pods/" + url.PathEscape(podName) + fmt.Sprintf(":%d/proxy", clientPort) + path
-	b, _, err := c.client.try(ctx, http.MethodPost, p, mustJSON(req), "application/json")
+	b, err := c.client.Once(ctx, http.MethodPost, p, mustJSON(req), "application/json")
 	if err != nil {
 		return err
 	}
@@ -482,7 +484,7 @@ func (c *controller) etcd(ctx context.Context, ns, podName, path string, req, re
 }
 
 func (c *controller) getJSON(ctx context.Context, path string, v any) error {
-	b, err := c.client.do(ctx, http.MethodGet, path, nil, "")
+	b, err := c.client.Do(ctx, http.MethodGet, path, nil, "")
 	if err != nil {
 		return err
 	}
@@ -492,7 +494,7 @@ func (c *controller) getJSON(ctx context.Context, path string, v any) error {
 // etcdRefused reports an answer in which etcd itself refused the request
 // (as opposed to not being reached), with etcd's words.
 func etcdRefused(err error, words ...string) bool {
-	var e *apiError
+	var e *kube.Error
 	if !errors.As(err, &e) {
 		return false
 	}

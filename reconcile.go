@@ -16,6 +16,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/etcd-operator/etcd-operator/internal/kube"
 )
 
 // maxSteps bounds the steps of one pass; a pass that reaches it is
@@ -49,8 +51,8 @@ func (c *controller) work(ctx context.Context, q *queue) {
 func (c *controller) handle(ctx context.Context, it item) (*EtcdCluster, time.Duration, error) {
 	ec := it.cluster
 	if it.refresh {
-		b, err := c.client.do(ctx, http.MethodGet, clustersPath(ec.Metadata.Namespace)+"/"+url.PathEscape(ec.Metadata.Name), nil, "")
-		if isStatus(err, http.StatusNotFound) {
+		b, err := c.client.Do(ctx, http.MethodGet, clustersPath(ec.Metadata.Namespace)+"/"+url.PathEscape(ec.Metadata.Name), nil, "")
+		if kube.IsStatus(err, http.StatusNotFound) {
 			c.log.Debug("cluster is gone; nothing to do", "cluster", ec.key())
 			return nil, 0, nil
 		}

@@ -28,6 +28,8 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
+
+	"github.com/etcd-operator/etcd-operator/internal/kube"
 )
 
 // Event types.
@@ -113,7 +115,7 @@ func (st *clusterStatus) stampTransitions(now time.Time) {
 func (c *controller) setStatus(ctx context.Context, ec *EtcdCluster, st clusterStatus) error {
 	path := clustersPath(ec.Metadata.Namespace) + "/" + url.PathEscape(ec.Metadata.Name) + "/status"
 	body := mustJSON(map[string]any{"status": st})
-	if _, err := c.client.do(ctx, http.MethodPatch, path, body, "application/merge-patch+json"); err != nil {
+	if _, err := c.client.Do(ctx, http.MethodPatch, path, body, "application/merge-patch+json"); err != nil {
 		return fmt.Errorf("update status of %s: %w", ec.key(), err)
 	}
 	return nil
@@ -121,10 +123,10 @@ func (c *controller) setStatus(ctx context.Context, ec *EtcdCluster, st clusterS
 
 // recorder posts Events from one background goroutine.
 type recorder struct {
-	client   *client
+	client   *kube.Client
 	log      *slog.Logger
 	queue    chan pendingEvent
-	limit    *rateLimiter
+	limit    *kube.RateLimiter
 	instance string
 	dropped  atomic.Int64
 	// patience bounds how long an Event waits for the work it describes
@@ -138,11 +140,11 @@ type pendingEvent struct {
 	at        time.Time
 }
 
-func newRecorder(c *client, log *slog.Logger) *recorder {
+func newRecorder(c *kube.Client, log *slog.Logger) *recorder {
 	host, _ := os.Hostname()
 	// 10 Events a second after a burst of 25: a burst of clusters gets its
 	// objects first and its Events soon after.
-	return &recorder{client: c, log: log, queue: make(chan pendingEvent, 1024), limit: newRateLimiter(10, 25), instance: host, patience: time.Minute}
+	return &recorder{client: c, log: log, queue: make(chan pendingEvent, 1024), limit: kube.NewRateLimiter(10, 25), instance: host, patience: time.Minute}
 }
 
 // record queues an Event about ec. It never blocks: when the queue is full
@@ -191,11 +193,11 @@ func (r *recorder) run(ctx context.Context, idle func() <-chan struct{}) {
 			if idle != nil && !r.await(ctx, idle(), ev.at.Add(r.patience)) {
 				return
 			}
-			if r.limit.wait(ctx) != nil {
+			if r.limit.Wait(ctx) != nil {
 				return
 			}
 			path := "/api/v1/namespaces/" + url.PathEscape(ev.namespace) + "/events"
-			if _, err := r.client.do(ctx, http.MethodPost, path, ev.body, "application/json"); err != nil && ctx.Err() == nil {
+			if _, err := r.client.Do(ctx, http.MethodPost, path, ev.body, "application/json"); err != nil && ctx.Err() == nil {
 				r.log.Warn("posting event failed", "err", err)
 			}
 		}

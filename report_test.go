@@ -9,13 +9,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/etcd-operator/etcd-operator/internal/kube"
 )
 
 // A full Event queue drops Events without blocking and without a log line
 // for each: the first drop and every hundredth are logged.
 func TestEventQueueFullDropsQuietly(t *testing.T) {
 	var logs syncBuffer
-	r := newRecorder(newClient("http://127.0.0.1:1", nil), slog.New(slog.NewTextHandler(&logs, nil)))
+	r := newRecorder(kube.New("http://127.0.0.1:1", nil), slog.New(slog.NewTextHandler(&logs, nil)))
 	ec := &EtcdCluster{Metadata: objectMeta{Name: "example", Namespace: "default", UID: "u"}}
 	for range cap(r.queue) + 250 { // nobody runs r.run: the queue fills up
 		r.record(ec, eventNormal, reasonMemberCreated, "m")
@@ -33,7 +35,7 @@ func TestEventQueueFullDropsQuietly(t *testing.T) {
 // ones a tenth of a second apart.
 func TestEventRateLimit(t *testing.T) {
 	f := newFakeAPI(t)
-	r := newRecorder(newClient(f.srv.URL, nil), slog.New(slog.DiscardHandler)) // a client with no limit
+	r := newRecorder(kube.New(f.srv.URL, nil), slog.New(slog.DiscardHandler)) // a client with no limit
 	ec := &EtcdCluster{Metadata: objectMeta{Name: "example", Namespace: "default", UID: "u"}}
 	const n = 30
 	for i := range n {
@@ -74,7 +76,7 @@ func TestEventsWaitForTheWork(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeAPI(t)
-			r := newRecorder(newClient(f.srv.URL, nil), slog.New(slog.DiscardHandler))
+			r := newRecorder(kube.New(f.srv.URL, nil), slog.New(slog.DiscardHandler))
 			r.patience = tc.patience
 			q := newQueue()
 			q.add(queued("busy", 1, false))

@@ -32,7 +32,6 @@
 package main
 
 import (
-	"bytes"
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
@@ -41,13 +40,16 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/etcd-operator/etcd-operator/internal/encryption"
+	"github.com/etcd-operator/etcd-operator/internal/s3"
+	"github.com/etcd-operator/etcd-operator/internal/snapshot"
 )
 
 // restoreRetry is how soon a backup that could not be read is read again.
@@ -189,7 +191,7 @@ func (c *controller) readBackup(ctx context.Context, ns string, r *restoreSpec) 
 // fetchBackup streams the backup r names into w as the snapshot etcdutl
 // reads (decrypted, decompressed), checking it on the way: an error means
 // w got something that must not be used.
-func fetchBackup(ctx context.Context, store *s3Client, r *restoreSpec, key []byte, w io.Writer) (rec restoreRecord, err error) {
+func fetchBackup(ctx context.Context, store *s3.Client, r *restoreSpec, key []byte, w io.Writer) (rec restoreRecord, err error) {
 	// A store that stops sending must not hold the pass (or the Pod) for
 	// ever: as for backups, no progress for backupIdle cancels.
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -201,8 +203,8 @@ func fetchBackup(ctx context.Context, store *s3Client, r *restoreSpec, key []byt
 			err = fmt.Errorf("%w: %w", errBackupStalled, err)
 		}
 	}()
-	body, err := store.get(ctx, r.Key)
-	if isS3Code(err, "NoSuchKey") {
+	body, err := store.Get(ctx, r.Key)
+	if s3.IsCode(err, "NoSuchKey") {
 		return restoreRecord{}, errors.New("there is no such object")
 	}
 	if err != nil {
@@ -212,7 +214,7 @@ func fetchBackup(ctx context.Context, store *s3Client, r *restoreSpec, key []byt
 	obj := &hashingReader{r: &progressReader{r: body, idle: idle}, h: sha256.New()}
 	var src io.Reader = obj
 	if r.encrypted() {
-		if src, err = newDecryptReader(src, key); err != nil {
+		if src, err = encryption.Decrypt(src, key); err != nil {
 			return restoreRecord{}, err
 		}
 	}
@@ -226,7 +228,7 @@ func fetchBackup(ctx context.Context, store *s3Client, r *restoreSpec, key []byt
 		}
 		src = z
 	}
-	snap := &snapshotCheck{h: sha256.New()}
+	snap := snapshot.NewCheck()
 	if _, err := io.Copy(io.MultiWriter(w, snap), src); err != nil {
 		return restoreRecord{}, fmt.Errorf("reading it: %w", err)
 	}
@@ -235,33 +237,10 @@ func fetchBackup(ctx context.Context, store *s3Client, r *restoreSpec, key []byt
 	switch {
 	case r.SHA256 != "" && sum != r.SHA256:
 		return restoreRecord{}, fmt.Errorf("its sha256 is %s, not %s as spec.restore.sha256 says: it is another object, or it was changed", sum, r.SHA256)
-	case !snap.ok():
+	case !snap.Whole():
 		return restoreRecord{}, errors.New("it is not a whole etcd snapshot: its data does not match the sha256 etcd ends a snapshot with")
 	}
-	return restoreRecord{Key: r.Key, SHA256: sum, Size: snap.n, Verified: time.Now().UTC().Format(time.RFC3339)}, nil
-}
-
-// snapshotCheck checks etcd's trailer: a snapshot from
-// /v3/maintenance/snapshot ends with the sha256 of everything before it
-// (etcdutl checks it too, unless told to skip it).
-type snapshotCheck struct {
-	h    hash.Hash
-	tail []byte // the last snapshotHashSize bytes seen
-	n    int64
-}
-
-func (s *snapshotCheck) Write(p []byte) (int, error) {
-	s.n += int64(len(p))
-	s.tail = append(s.tail, p...)
-	if extra := len(s.tail) - snapshotHashSize; extra > 0 {
-		s.h.Write(s.tail[:extra])
-		s.tail = append(s.tail[:0], s.tail[extra:]...)
-	}
-	return len(p), nil
-}
-
-func (s *snapshotCheck) ok() bool {
-	return len(s.tail) == snapshotHashSize && bytes.Equal(s.h.Sum(nil), s.tail)
+	return restoreRecord{Key: r.Key, SHA256: sum, Size: snap.Len(), Verified: time.Now().UTC().Format(time.RFC3339)}, nil
 }
 
 // Paths inside a restored member's data volume.
@@ -336,13 +315,13 @@ func restoreMain(ctx context.Context, args []string, stderr io.Writer) error {
 	if args[0] == "place" {
 		return placeRestored(*dir)
 	}
-	store, err := newS3Client(r.S3.Endpoint, r.S3.Bucket, r.S3.Region, os.Getenv("S3_ACCESS_KEY_ID"), os.Getenv("S3_SECRET_ACCESS_KEY"))
+	store, err := s3.New(r.S3.Endpoint, r.S3.Bucket, r.S3.Region, os.Getenv("S3_ACCESS_KEY_ID"), os.Getenv("S3_SECRET_ACCESS_KEY"))
 	if err != nil {
 		return err
 	}
 	var key []byte
 	if r.encrypted() {
-		if key, err = parseEncryptionKey([]byte(os.Getenv("BACKUP_ENCRYPTION_KEY"))); err != nil {
+		if key, err = encryption.ParseKey([]byte(os.Getenv("BACKUP_ENCRYPTION_KEY"))); err != nil {
 			return fmt.Errorf("BACKUP_ENCRYPTION_KEY: %w", err)
 		}
 	}
@@ -351,7 +330,7 @@ func restoreMain(ctx context.Context, args []string, stderr io.Writer) error {
 
 // fetchSnapshot writes the checked snapshot to dir/restore/snapshot.db,
 // with an empty dir/restore/data for etcdutl to restore into.
-func fetchSnapshot(ctx context.Context, store *s3Client, r *restoreSpec, key []byte, dir string, log io.Writer) error {
+func fetchSnapshot(ctx context.Context, store *s3.Client, r *restoreSpec, key []byte, dir string, log io.Writer) error {
 	restore := filepath.Join(dir, "restore")
 	if err := os.RemoveAll(restore); err != nil {
 		return err

@@ -13,6 +13,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/etcd-operator/etcd-operator/internal/s3/s3test"
+	"github.com/etcd-operator/etcd-operator/internal/snapshot/snapshottest"
 )
 
 func TestParseRestore(t *testing.T) {
@@ -41,10 +44,10 @@ func TestParseRestore(t *testing.T) {
 
 // makeBackup has the operator's backup code make one backup of data with
 // spec.backup options (backup: more JSON fields) into a fake S3.
-func makeBackup(t *testing.T, data []byte, backup string) (*backupAPI, *fakeS3, backupRecord) {
+func makeBackup(t *testing.T, data []byte, backup string) (*backupAPI, *s3test.Server, backupRecord) {
 	t.Helper()
-	a, s3 := newBackupAPI(t, data), newFakeS3(t, "bkt")
-	ec := exampleCluster(t, s3.srv.URL, backup)
+	a, objs := newBackupAPI(t, data), s3test.New(t, "bkt")
+	ec := exampleCluster(t, objs.URL, backup)
 	spec, err := parseBackupSpec(ec.Spec)
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +56,7 @@ func makeBackup(t *testing.T, data []byte, backup string) (*backupAPI, *fakeS3, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return a, s3, made
+	return a, objs, made
 }
 
 // restoreOf is the spec.restore naming a backup of the fake S3's bucket.
@@ -68,18 +71,18 @@ func restoreOf(s3URL, key, extra string) *restoreSpec {
 // A backup of each kind reads back as the snapshot it was made of, and
 // the record names the object as the backup's record did.
 func TestReadBackup(t *testing.T) {
-	data := snapshotData(200000)
+	data := snapshottest.Data(200000)
 	sum := sha256.Sum256(data)
 	snap := append(bytes.Clone(data), sum[:]...)
 	for _, backup := range []string{``, `,"gzip":true`, `,"encryptionKeySecret":"key"`, `,"gzip":true,"encryptionKeySecret":"key"`} {
 		t.Run(backup, func(t *testing.T) {
-			a, s3, made := makeBackup(t, data, backup)
+			a, objs, made := makeBackup(t, data, backup)
 			c := backupController(a)
 			extra := `,"sha256":"` + made.SHA256 + `"`
 			if strings.HasSuffix(made.Key, ".enc") {
 				extra += `,"encryptionKeySecret":"key"`
 			}
-			r := restoreOf(s3.srv.URL, made.Key, extra)
+			r := restoreOf(objs.URL, made.Key, extra)
 			rec, err := c.readBackup(context.Background(), "ns", r)
 			if err != nil {
 				t.Fatal(err)
@@ -88,7 +91,7 @@ func TestReadBackup(t *testing.T) {
 				t.Errorf("record %+v; the backup's %+v, snapshot of %d bytes", rec, made, len(snap))
 			}
 			var got bytes.Buffer
-			store := s3.client(t, "bkt")
+			store := objs.Client(t, "bkt")
 			key := testKey
 			if _, err := fetchBackup(context.Background(), store, r, key, &got); err != nil || !bytes.Equal(got.Bytes(), snap) {
 				t.Errorf("fetched %d bytes (%v), want the snapshot's %d", got.Len(), err, len(snap))
@@ -99,32 +102,32 @@ func TestReadBackup(t *testing.T) {
 
 // Each way a backup can be bad is refused, with a message that says which.
 func TestReadBackupRefuses(t *testing.T) {
-	data := snapshotData(200000)
+	data := snapshottest.Data(200000)
 	tests := []struct {
 		name, backup, extra string
-		change              func(a *backupAPI, s3 *fakeS3, key string)
+		change              func(a *backupAPI, objs *s3test.Server, key string)
 		err                 string
 	}{
-		{"missing object", ``, ``, func(_ *backupAPI, s3 *fakeS3, key string) { delete(s3.objects, "bkt/"+key) }, "there is no such object"},
-		{"missing bucket", ``, ``, func(_ *backupAPI, s3 *fakeS3, _ string) { delete(s3.buckets, "bkt") }, "NoSuchBucket"},
-		{"wrong credentials", ``, ``, func(a *backupAPI, _ *fakeS3, _ string) { a.secrets["s3"]["secretAccessKey"] = []byte("wrong") }, "SignatureDoesNotMatch"},
+		{"missing object", ``, ``, func(_ *backupAPI, objs *s3test.Server, key string) { objs.Remove("bkt", key) }, "there is no such object"},
+		{"missing bucket", ``, ``, func(_ *backupAPI, objs *s3test.Server, _ string) { objs.RemoveBucket("bkt") }, "NoSuchBucket"},
+		{"wrong credentials", ``, ``, func(a *backupAPI, _ *s3test.Server, _ string) { a.secrets["s3"]["secretAccessKey"] = []byte("wrong") }, "SignatureDoesNotMatch"},
 		{"a flipped byte", ``, ``, flip(1000), "is not a whole etcd snapshot"},
-		{"cut short", ``, ``, func(_ *backupAPI, s3 *fakeS3, key string) {
-			o := s3.objects["bkt/"+key]
-			s3.objects["bkt/"+key] = o[:len(o)-100]
+		{"cut short", ``, ``, func(_ *backupAPI, objs *s3test.Server, key string) {
+			o, _ := objs.Object("bkt", key)
+			objs.Put("bkt", key, o[:len(o)-100])
 		}, "is not a whole etcd snapshot"},
 		{"a flipped byte, gzip", `,"gzip":true`, ``, flip(1000), "reading it"},
 		{"a flipped byte, encrypted", `,"encryptionKeySecret":"key"`, `,"encryptionKeySecret":"key"`, flip(5000), "does not open (wrong key, or the object was changed)"},
-		{"wrong key", `,"encryptionKeySecret":"key"`, `,"encryptionKeySecret":"key"`, func(a *backupAPI, _ *fakeS3, _ string) { a.secrets["key"]["key"] = bytes.Repeat([]byte{8}, 32) }, "does not open (wrong key"},
-		{"no key Secret", `,"encryptionKeySecret":"key"`, `,"encryptionKeySecret":"key"`, func(a *backupAPI, _ *fakeS3, _ string) { delete(a.secrets, "key") }, "read Secret ns/key"},
-		{"another object", ``, `,"sha256":"` + strings.Repeat("0", 64) + `"`, func(*backupAPI, *fakeS3, string) {}, "not " + strings.Repeat("0", 64) + " as spec.restore.sha256 says"},
+		{"wrong key", `,"encryptionKeySecret":"key"`, `,"encryptionKeySecret":"key"`, func(a *backupAPI, _ *s3test.Server, _ string) { a.secrets["key"]["key"] = bytes.Repeat([]byte{8}, 32) }, "does not open (wrong key"},
+		{"no key Secret", `,"encryptionKeySecret":"key"`, `,"encryptionKeySecret":"key"`, func(a *backupAPI, _ *s3test.Server, _ string) { delete(a.secrets, "key") }, "read Secret ns/key"},
+		{"another object", ``, `,"sha256":"` + strings.Repeat("0", 64) + `"`, func(*backupAPI, *s3test.Server, string) {}, "not " + strings.Repeat("0", 64) + " as spec.restore.sha256 says"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, s3, made := makeBackup(t, data, tt.backup)
+			a, objs, made := makeBackup(t, data, tt.backup)
 			c := backupController(a)
-			tt.change(a, s3, made.Key)
-			chk := c.checkBackup(context.Background(), "ns", restoreOf(s3.srv.URL, made.Key, tt.extra))
+			tt.change(a, objs, made.Key)
+			chk := c.checkBackup(context.Background(), "ns", restoreOf(objs.URL, made.Key, tt.extra))
 			if !strings.Contains(chk.Err, tt.err) {
 				t.Errorf("check %+v, want an error with %q", chk, tt.err)
 			}
@@ -134,22 +137,23 @@ func TestReadBackupRefuses(t *testing.T) {
 
 // A plain snapshot under a name that says gzip is refused as not gzip.
 func TestReadBackupNotGzip(t *testing.T) {
-	data := snapshotData(1000)
+	data := snapshottest.Data(1000)
 	sum := sha256.Sum256(data)
-	s3 := newFakeS3(t, "bkt")
-	s3.objects["bkt/a.db.gz"] = append(bytes.Clone(data), sum[:]...)
-	_, err := fetchBackup(context.Background(), s3.client(t, "bkt"), restoreOf(s3.srv.URL, "a.db.gz", ""), nil, io.Discard)
+	objs := s3test.New(t, "bkt")
+	objs.Put("bkt", "a.db.gz", append(bytes.Clone(data), sum[:]...))
+	_, err := fetchBackup(context.Background(), objs.Client(t, "bkt"), restoreOf(objs.URL, "a.db.gz", ""), nil, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "it is not gzip") {
 		t.Errorf("error %v, want it to say it is not gzip", err)
 	}
 }
 
 // flip changes one byte of the object at offset i.
-func flip(i int) func(*backupAPI, *fakeS3, string) {
-	return func(_ *backupAPI, s3 *fakeS3, key string) {
-		o := bytes.Clone(s3.objects["bkt/"+key])
+func flip(i int) func(*backupAPI, *s3test.Server, string) {
+	return func(_ *backupAPI, objs *s3test.Server, key string) {
+		b, _ := objs.Object("bkt", key)
+		o := bytes.Clone(b)
 		o[i] ^= 0x40
-		s3.objects["bkt/"+key] = o
+		objs.Put("bkt", key, o)
 	}
 }
 
@@ -236,15 +240,15 @@ func TestDecideRestore(t *testing.T) {
 // into place, or keeps a member's data that is there already. Both may run
 // again after a crash at any point.
 func TestFetchAndPlace(t *testing.T) {
-	data := snapshotData(50000)
+	data := snapshottest.Data(50000)
 	sum := sha256.Sum256(data)
 	snap := append(bytes.Clone(data), sum[:]...)
-	s3 := newFakeS3(t, "bkt")
-	s3.objects["bkt/a.db"] = snap
-	r := restoreOf(s3.srv.URL, "a.db", "")
+	objs := s3test.New(t, "bkt")
+	objs.Put("bkt", "a.db", snap)
+	r := restoreOf(objs.URL, "a.db", "")
 	dir := t.TempDir()
 	for range 2 {
-		if err := fetchSnapshot(context.Background(), s3.client(t, "bkt"), r, nil, dir, &bytes.Buffer{}); err != nil {
+		if err := fetchSnapshot(context.Background(), objs.Client(t, "bkt"), r, nil, dir, &bytes.Buffer{}); err != nil {
 			t.Fatal(err)
 		}
 		if b, err := os.ReadFile(filepath.Join(dir, "restore", "snapshot.db")); err != nil || !bytes.Equal(b, snap) {
@@ -272,8 +276,8 @@ func TestFetchAndPlace(t *testing.T) {
 	}
 
 	// A bad object leaves no snapshot.db for etcdutl.
-	s3.objects["bkt/a.db"] = snap[:len(snap)-1]
-	if err := fetchSnapshot(context.Background(), s3.client(t, "bkt"), r, nil, dir, &bytes.Buffer{}); err == nil {
+	objs.Put("bkt", "a.db", snap[:len(snap)-1])
+	if err := fetchSnapshot(context.Background(), objs.Client(t, "bkt"), r, nil, dir, &bytes.Buffer{}); err == nil {
 		t.Fatal("a cut object was fetched")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "restore", "snapshot.db")); !os.IsNotExist(err) {
@@ -296,15 +300,15 @@ func write(t *testing.T, path, s string) {
 // names one that does, its members are made with the restore init
 // containers and the cluster forms.
 func TestRestoreThroughTheOperator(t *testing.T) {
-	s3 := newFakeS3(t, "bkt")
-	data := snapshotData(50000)
+	objs := s3test.New(t, "bkt")
+	data := snapshottest.Data(50000)
 	sum := sha256.Sum256(data)
-	s3.objects["bkt/etcd/default/old/a.db"] = append(bytes.Clone(data), sum[:]...)
+	objs.Put("bkt", "etcd/default/old/a.db", append(bytes.Clone(data), sum[:]...))
 	f := newFakeAPI(t)
-	f.putSecret("default", "s3", map[string]string{"accessKeyID": s3.access, "secretAccessKey": s3.secret})
+	f.putSecret("default", "s3", map[string]string{"accessKeyID": objs.Access, "secretAccessKey": objs.Secret})
 	spec := func(key string) map[string]any {
 		return map[string]any{"size": 3, "restore": map[string]any{
-			"s3": map[string]any{"endpoint": s3.srv.URL, "bucket": "bkt", "credentialsSecret": "s3"}, "key": key}}
+			"s3": map[string]any{"endpoint": objs.URL, "bucket": "bkt", "credentialsSecret": "s3"}, "key": key}}
 	}
 	f.putCluster("default", "example", spec("etcd/default/old/missing.db"))
 	startOperator(t, f)

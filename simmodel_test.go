@@ -37,6 +37,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/etcd-operator/etcd-operator/internal/kube"
 )
 
 const (
@@ -960,7 +962,7 @@ func (m *model) failed(prev, st clusterStatus, err error) {
 	m.tracef("step failed: %v", err)
 	var e *simErr
 	if errors.As(err, &e) {
-		err = &apiError{Method: "POST", Path: "/", Code: e.code, Message: e.msg}
+		err = &kube.Error{Method: "POST", Path: "/", Code: e.code, Message: e.msg}
 	}
 	st, _ = failed(st, st.Message, err)
 	_ = m.writeStatus(prev, st)

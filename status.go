@@ -18,6 +18,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/etcd-operator/etcd-operator/internal/kube"
 )
 
 // Phases of an EtcdCluster: one word for `kubectl get`.
@@ -411,7 +413,7 @@ func failed(st clusterStatus, what string, err error) (clusterStatus, []notice) 
 // transient reports whether an error may pass by itself: the API server
 // busy or unreachable, rather than refusing.
 func transient(err error) bool {
-	var apiErr *apiError
+	var apiErr *kube.Error
 	if errors.As(err, &apiErr) {
 		return apiErr.Code >= 500 || apiErr.Code == http.StatusTooManyRequests
 	}

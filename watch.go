@@ -33,6 +33,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/etcd-operator/etcd-operator/internal/kube"
 )
 
 // EtcdCluster is the custom resource that examples/crd.yaml defines. Spec is
@@ -79,7 +81,7 @@ var errExpired = errors.New("resourceVersion expired (410)")
 var errStalled = errors.New("watch stalled")
 
 type watcher[T any] struct {
-	client *client
+	client *kube.Client
 	path   string // the collection, e.g. /apis/coreos.com/v1/namespaces/default/etcdclusters
 	// selector is a label selector: only matching objects are listed and
 	// watched (the API server filters; the operator holds nothing else).
@@ -165,7 +167,7 @@ func (w *watcher[T]) list(ctx context.Context, events chan<- event[T]) (string, 
 		if cont != "" {
 			q.Set("continue", cont)
 		}
-		body, err := w.client.do(ctx, http.MethodGet, w.path+"?"+q.Encode(), nil, "")
+		body, err := w.client.Do(ctx, http.MethodGet, w.path+"?"+q.Encode(), nil, "")
 		if err != nil {
 			return "", fmt.Errorf("list %s: %w", w.resource(), err)
 		}
@@ -230,9 +232,9 @@ func (w *watcher[T]) watch(ctx context.Context, rv string, events chan<- event[T
 	defer cancel(nil)
 	stall := time.AfterFunc(w.stall, func() { cancel(errStalled) })
 	defer stall.Stop()
-	body, err := w.client.stream(streamCtx, w.path+"?"+q.Encode())
+	body, err := w.client.Stream(streamCtx, http.MethodGet, w.path+"?"+q.Encode(), nil, "")
 	if err != nil {
-		var apiErr *apiError
+		var apiErr *kube.Error
 		switch {
 		case errors.As(err, &apiErr) && apiErr.Code == http.StatusGone:
 			return rv, 0, errExpired
@@ -293,7 +295,7 @@ func (w *watcher[T]) decodeStream(ctx context.Context, stream io.Reader, rv stri
 				rv = b.Metadata.ResourceVersion
 			}
 		case "ERROR":
-			st := decodeStatus(we.Object)
+			st := kube.ParseStatus(we.Object)
 			if st.Code == http.StatusGone {
 				return rv, n, errExpired
 			}
@@ -309,9 +311,9 @@ func listHint(resource string, err error) string {
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "nothing listens there: start kubectl proxy, or pass -master"
-	case isStatus(err, http.StatusNotFound) && resource == "etcdclusters":
+	case kube.IsStatus(err, http.StatusNotFound) && resource == "etcdclusters":
 		return "no EtcdCluster resource: kubectl apply -f examples/crd.yaml"
-	case isStatus(err, http.StatusForbidden):
+	case kube.IsStatus(err, http.StatusForbidden):
 		return "not allowed to list " + resource + ": see the Role in examples/deploy.yaml"
 	}
 	return ""

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/etcd-operator/etcd-operator/internal/kube"
 )
 
 // Listing reads page by page and watches from the list's resourceVersion.
@@ -99,8 +101,8 @@ func TestListHints(t *testing.T) {
 			if tc.base != nil {
 				base = tc.base(f)
 			}
-			c := newClient(base, nil)
-			c.attempts = 1
+			c := kube.New(base, nil)
+			c.Attempts = 1
 			w := &watcher[*EtcdCluster]{client: c, path: clustersPath("default"), decode: clusterRV, pageSize: 10, log: slog.New(slog.DiscardHandler)}
 			_, err := w.list(context.Background(), make(chan event[*EtcdCluster]))
 			if hint := listHint("etcdclusters", err); err == nil || !strings.Contains(hint, tc.want) {
@@ -271,7 +273,7 @@ func TestStalledWatchIsReplaced(t *testing.T) {
 func TestSlowWatchIsNotStalled(t *testing.T) {
 	f := newFakeAPI(t)
 	const stall = time.Second
-	c := newClient(f.srv.URL, nil)
+	c := kube.New(f.srv.URL, nil)
 	w := &watcher[*EtcdCluster]{client: c, path: clustersPath("default"), decode: clusterRV, stall: stall, pageSize: 10, log: slog.New(slog.DiscardHandler)}
 	type result struct {
 		rv  string

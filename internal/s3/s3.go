@@ -1,4 +1,5 @@
-// S3: object storage with nothing but net/http and crypto.
+// Package s3 stores objects in S3 or any S3-compatible server, with nothing
+// but net/http and crypto.
 //
 // Like the Kubernetes API, S3 is plain HTTP. What an SDK adds is the
 // signature: with AWS Signature Version 4 (SigV4) every request carries an
@@ -14,7 +15,7 @@
 // upload, part by part, and a failed one is aborted, so that no object
 // that looks complete is ever left behind: an object exists only once S3
 // has all of it.
-package main
+package s3
 
 import (
 	"bytes"
@@ -32,60 +33,64 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/etcd-operator/etcd-operator/internal/backoff"
 )
 
-// Part sizes: variables only so that the live tests can make several
-// parts of a test cluster's database.
+// The default part sizes: variables only so that the live tests can make
+// several parts of a test cluster's database.
 var (
-	// s3PartSize is the part size of a stream whose length is known: each
+	// DefaultPartSize is the part size of a stream whose length is known: each
 	// part is streamed straight from the snapshot, nothing is held, and a
 	// database of etcd's largest quota (8 GiB) takes 128 parts.
-	s3PartSize int64 = 64 << 20
-	// s3BufferedPart is the part size of a stream whose length is not
+	DefaultPartSize int64 = 64 << 20
+	// DefaultBufferedPart is the part size of a stream whose length is not
 	// known in advance (gzip): S3 needs each part's length before its
 	// body, so such a part is held in memory. S3's smallest, 5 MiB, keeps
 	// memory low and still allows objects of 48 GiB.
-	s3BufferedPart int64 = 5 << 20
+	DefaultBufferedPart int64 = 5 << 20
 )
 
 const (
-	s3MaxParts   = 10000
+	maxParts     = 10000
 	unsignedBody = "UNSIGNED-PAYLOAD"
 )
 
 // emptyHash is the sha256 of no bytes: the payload hash of a bodiless request.
 var emptyHash = hex.EncodeToString(sha256.New().Sum(nil))
 
-type s3Client struct {
+// Client is one bucket of one endpoint, with the credentials to sign for it.
+type Client struct {
 	endpoint       *url.URL // scheme://host[:port]
 	bucket, region string
 	access, secret string
 	http           *http.Client
 	now            func() time.Time
-	partSize       int64 // of a stream of known length
-	bufferedPart   int64 // of a stream of unknown length
+	// PartSize and BufferedPart are the part sizes of a stream of known
+	// and of unknown length (DefaultPartSize, DefaultBufferedPart).
+	PartSize, BufferedPart int64
 }
 
-// s3Error is an answer other than 2xx, with S3's own error code.
-type s3Error struct {
+// Error is an answer other than 2xx, with S3's own error code.
+type Error struct {
 	Op      string // "PUT bucket/key"
 	Status  int
 	Code    string // NoSuchBucket, SignatureDoesNotMatch, ...
 	Message string
 }
 
-func (e *s3Error) Error() string {
+func (e *Error) Error() string {
 	return fmt.Sprintf("S3 %s: %d %s: %s", e.Op, e.Status, e.Code, e.Message)
 }
 
-// isS3Code reports whether err is an S3 answer with the given code.
-func isS3Code(err error, code string) bool {
-	var e *s3Error
+// IsCode reports whether err is an S3 answer with the given code.
+func IsCode(err error, code string) bool {
+	var e *Error
 	return errors.As(err, &e) && e.Code == code
 }
 
-// parseEndpoint reads an endpoint: http(s)://HOST[:PORT], no path.
-func parseEndpoint(endpoint string) (*url.URL, error) {
+// ParseEndpoint reads an endpoint: http(s)://HOST[:PORT], no path.
+func ParseEndpoint(endpoint string) (*url.URL, error) {
 	u, err := url.Parse(endpoint)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" {
 		return nil, fmt.Errorf("%q must be http(s)://HOST[:PORT]", endpoint)
@@ -93,8 +98,10 @@ func parseEndpoint(endpoint string) (*url.URL, error) {
 	return &url.URL{Scheme: u.Scheme, Host: u.Host}, nil
 }
 
-func newS3Client(endpoint, bucket, region, access, secret string) (*s3Client, error) {
-	u, err := parseEndpoint(endpoint)
+// New returns a client of bucket at endpoint (http(s)://HOST[:PORT]),
+// signing with the access key and secret for region.
+func New(endpoint, bucket, region, access, secret string) (*Client, error) {
+	u, err := ParseEndpoint(endpoint)
 	if err != nil {
 		return nil, fmt.Errorf("S3 endpoint: %w", err)
 	}
@@ -102,18 +109,18 @@ func newS3Client(endpoint, bucket, region, access, secret string) (*s3Client, er
 	// A body may stream for long, but its answer must come: completing a
 	// large multipart upload can take S3 a few minutes.
 	transport.ResponseHeaderTimeout = 5 * time.Minute
-	return &s3Client{
+	return &Client{
 		endpoint: u,
 		bucket:   bucket, region: region, access: access, secret: secret,
 		http:     &http.Client{Transport: transport},
 		now:      time.Now,
-		partSize: s3PartSize, bufferedPart: s3BufferedPart,
+		PartSize: DefaultPartSize, BufferedPart: DefaultBufferedPart,
 	}, nil
 }
 
-// s3Request is one request: a small body is signed with its hash, a
+// request is one request: a small body is signed with its hash, a
 // streamed one (stream, of length size) is sent as UNSIGNED-PAYLOAD.
-type s3Request struct {
+type request struct {
 	method, key string
 	query       url.Values
 	body        []byte
@@ -121,11 +128,11 @@ type s3Request struct {
 	size        int64
 }
 
-func (r s3Request) op(bucket string) string { return r.method + " " + bucket + "/" + r.key }
+func (r request) op(bucket string) string { return r.method + " " + bucket + "/" + r.key }
 
 // send signs and sends r, and returns the answer of a 2xx; anything else
-// is an *s3Error. The caller closes the body.
-func (s *s3Client) send(ctx context.Context, r s3Request) (*http.Response, error) {
+// is an *Error. The caller closes the body.
+func (s *Client) send(ctx context.Context, r request) (*http.Response, error) {
 	req, err := s.newRequest(ctx, r)
 	if err != nil {
 		return nil, err
@@ -139,10 +146,10 @@ func (s *s3Client) send(ctx context.Context, r s3Request) (*http.Response, error
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	return nil, s3ErrorOf(r.op(s.bucket), resp.StatusCode, b)
+	return nil, errorOf(r.op(s.bucket), resp.StatusCode, b)
 }
 
-func (s *s3Client) newRequest(ctx context.Context, r s3Request) (*http.Request, error) {
+func (s *Client) newRequest(ctx context.Context, r request) (*http.Request, error) {
 	u := *s.endpoint
 	u.Path = "/" + s.bucket
 	u.RawPath = "/" + awsEscape(s.bucket, false)
@@ -172,29 +179,29 @@ func (s *s3Client) newRequest(ctx context.Context, r s3Request) (*http.Request, 
 	case r.body != nil:
 		req.Header.Set("Content-Type", "application/xml")
 	}
-	signV4(req, s.access, s.secret, s.region, hash, s.now())
+	Sign(req, s.access, s.secret, s.region, hash, s.now())
 	return req, nil
 }
 
 // call sends a request with a small body (or none) and decodes the XML
 // answer into v (when not nil). Failures worth repeating (the network, 5xx,
 // 503 SlowDown) are tried again a few times: such a request can be repeated.
-func (s *s3Client) call(ctx context.Context, r s3Request, v any) error {
-	retry := backoff{min: 200 * time.Millisecond, max: 5 * time.Second}
+func (s *Client) call(ctx context.Context, r request, v any) error {
+	retry := backoff.Backoff{Min: 200 * time.Millisecond, Max: 5 * time.Second}
 	for attempt := 1; ; attempt++ {
 		err := s.callOnce(ctx, r, v)
-		var e *s3Error
+		var e *Error
 		final := errors.As(err, &e) && e.Status < 500
 		if err == nil || final || attempt == 4 || ctx.Err() != nil {
 			return err
 		}
-		if !sleep(ctx, retry.delay()) {
+		if !backoff.Sleep(ctx, retry.Delay()) {
 			return err
 		}
 	}
 }
 
-func (s *s3Client) callOnce(ctx context.Context, r s3Request, v any) error {
+func (s *Client) callOnce(ctx context.Context, r request, v any) error {
 	resp, err := s.send(ctx, r)
 	if err != nil {
 		return err
@@ -207,7 +214,7 @@ func (s *s3Client) callOnce(ctx context.Context, r s3Request, v any) error {
 	// CompleteMultipartUpload can fail after its 200 OK has been sent: the
 	// error then comes as the body.
 	if rootElement(b) == "Error" {
-		return s3ErrorOf(r.op(s.bucket), resp.StatusCode, b)
+		return errorOf(r.op(s.bucket), resp.StatusCode, b)
 	}
 	if v == nil || len(b) == 0 {
 		return nil
@@ -232,10 +239,10 @@ func rootElement(b []byte) string {
 	}
 }
 
-func s3ErrorOf(op string, status int, body []byte) *s3Error {
+func errorOf(op string, status int, body []byte) *Error {
 	var x struct{ Code, Message string }
 	_ = xml.Unmarshal(body, &x) // a HEAD's error has no body
-	e := &s3Error{Op: op, Status: status, Code: x.Code, Message: x.Message}
+	e := &Error{Op: op, Status: status, Code: x.Code, Message: x.Message}
 	if e.Code == "" {
 		e.Code = strings.ReplaceAll(http.StatusText(status), " ", "")
 	}
@@ -245,16 +252,16 @@ func s3ErrorOf(op string, status int, body []byte) *s3Error {
 	return e
 }
 
-// put stores the stream r under key. size is r's exact length, or -1 when
+// Put stores the stream r under key. size is r's exact length, or -1 when
 // it is not known. It is always a multipart upload, even of one part, and
 // aborted if anything fails: an object then appears only once all of it
 // has arrived. (A plain PUT whose body is cut midway is not safe: versitygw
 // v1.8.0 keeps what arrived as the object. It may also store a cut part
-// after the abort, opening the upload again; abortUploads, which every
+// after the abort, opening the upload again; AbortUploads, which every
 // backup calls first, clears that.)
-func (s *s3Client) put(ctx context.Context, key string, r io.Reader, size int64) (err error) {
+func (s *Client) Put(ctx context.Context, key string, r io.Reader, size int64) (err error) {
 	var created struct{ UploadId string }
-	if err := s.call(ctx, s3Request{method: http.MethodPost, key: key, query: url.Values{"uploads": {""}}}, &created); err != nil {
+	if err := s.call(ctx, request{method: http.MethodPost, key: key, query: url.Values{"uploads": {""}}}, &created); err != nil {
 		return err
 	}
 	if created.UploadId == "" {
@@ -273,7 +280,7 @@ func (s *s3Client) put(ctx context.Context, key string, r io.Reader, size int64)
 		XMLName xml.Name `xml:"CompleteMultipartUpload"`
 		Part    []completedPart
 	}{Part: parts})
-	return s.call(ctx, s3Request{method: http.MethodPost, key: key, query: url.Values{"uploadId": {created.UploadId}}, body: body}, nil)
+	return s.call(ctx, request{method: http.MethodPost, key: key, query: url.Values{"uploadId": {created.UploadId}}, body: body}, nil)
 }
 
 type completedPart struct {
@@ -283,7 +290,7 @@ type completedPart struct {
 
 // sendParts streams r as parts: with its length known, each part straight
 // from r; without, each part read into one buffer first.
-func (s *s3Client) sendParts(ctx context.Context, key, id string, r io.Reader, size int64) ([]completedPart, error) {
+func (s *Client) sendParts(ctx context.Context, key, id string, r io.Reader, size int64) ([]completedPart, error) {
 	var parts []completedPart
 	var buf []byte
 	for n, sent := 1, int64(0); ; n++ {
@@ -294,11 +301,11 @@ func (s *s3Client) sendParts(ctx context.Context, key, id string, r io.Reader, s
 				return parts, nil
 			}
 			// Limited: the transport reads a body to its end.
-			length = min(s.partSize, size-sent)
+			length = min(s.PartSize, size-sent)
 			body = io.LimitReader(r, length)
 		} else {
 			if buf == nil {
-				buf = make([]byte, s.bufferedPart)
+				buf = make([]byte, s.BufferedPart)
 			}
 			got, err := io.ReadFull(r, buf)
 			if got == 0 && err == io.EOF && n > 1 {
@@ -309,8 +316,8 @@ func (s *s3Client) sendParts(ctx context.Context, key, id string, r io.Reader, s
 			}
 			length, body = int64(got), bytes.NewReader(buf[:got])
 		}
-		if n > s3MaxParts {
-			return nil, fmt.Errorf("S3 PUT %s/%s: more than %d parts", s.bucket, key, s3MaxParts)
+		if n > maxParts {
+			return nil, fmt.Errorf("S3 PUT %s/%s: more than %d parts", s.bucket, key, maxParts)
 		}
 		etag, err := s.sendPart(ctx, key, id, n, body, length)
 		if err != nil {
@@ -318,15 +325,15 @@ func (s *s3Client) sendParts(ctx context.Context, key, id string, r io.Reader, s
 		}
 		parts = append(parts, completedPart{PartNumber: n, ETag: etag})
 		sent += length
-		if size < 0 && length < s.bufferedPart {
+		if size < 0 && length < s.BufferedPart {
 			return parts, nil
 		}
 	}
 }
 
-func (s *s3Client) sendPart(ctx context.Context, key, id string, n int, body io.Reader, length int64) (string, error) {
+func (s *Client) sendPart(ctx context.Context, key, id string, n int, body io.Reader, length int64) (string, error) {
 	q := url.Values{"partNumber": {strconv.Itoa(n)}, "uploadId": {id}}
-	resp, err := s.send(ctx, s3Request{method: http.MethodPut, key: key, query: q, stream: body, size: length})
+	resp, err := s.send(ctx, request{method: http.MethodPut, key: key, query: q, stream: body, size: length})
 	if err != nil {
 		return "", err
 	}
@@ -340,26 +347,24 @@ func (s *s3Client) sendPart(ctx context.Context, key, id string, n int, body io.
 
 // abort ends a multipart upload and drops its parts. It gets a context of
 // its own: the upload's may be what failed.
-func (s *s3Client) abort(ctx context.Context, key, id string) error {
+func (s *Client) abort(ctx context.Context, key, id string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	err := s.call(ctx, s3Request{method: http.MethodDelete, key: key, query: url.Values{"uploadId": {id}}}, nil)
-	if err != nil && !isS3Code(err, "NoSuchUpload") {
+	err := s.call(ctx, request{method: http.MethodDelete, key: key, query: url.Values{"uploadId": {id}}}, nil)
+	if err != nil && !IsCode(err, "NoSuchUpload") {
 		return fmt.Errorf("abort the multipart upload: %w", err)
 	}
 	return nil
 }
 
-// abortUploads aborts the multipart uploads under prefix that an earlier
+// AbortUploads aborts the multipart uploads under prefix that an earlier
 // try (an operator killed mid-upload) left unfinished.
-func (s *s3Client) abortUploads(ctx context.Context, prefix string) error {
-	var l struct {
-		Upload []struct{ Key, UploadId string }
-	}
-	if err := s.call(ctx, s3Request{method: http.MethodGet, query: url.Values{"uploads": {""}, "prefix": {prefix}}}, &l); err != nil {
+func (s *Client) AbortUploads(ctx context.Context, prefix string) error {
+	uploads, err := s.uploads(ctx, prefix)
+	if err != nil {
 		return err
 	}
-	for _, u := range l.Upload {
+	for _, u := range uploads {
 		if err := s.abort(ctx, u.Key, u.UploadId); err != nil {
 			return err
 		}
@@ -367,17 +372,36 @@ func (s *s3Client) abortUploads(ctx context.Context, prefix string) error {
 	return nil
 }
 
-// s3Object is one entry of a listing.
-type s3Object struct {
+// Uploads lists the keys of the multipart uploads under prefix that are
+// neither completed nor aborted.
+func (s *Client) Uploads(ctx context.Context, prefix string) ([]string, error) {
+	uploads, err := s.uploads(ctx, prefix)
+	var keys []string
+	for _, u := range uploads {
+		keys = append(keys, u.Key)
+	}
+	return keys, err
+}
+
+type upload struct{ Key, UploadId string }
+
+func (s *Client) uploads(ctx context.Context, prefix string) ([]upload, error) {
+	var l struct{ Upload []upload }
+	err := s.call(ctx, request{method: http.MethodGet, query: url.Values{"uploads": {""}, "prefix": {prefix}}}, &l)
+	return l.Upload, err
+}
+
+// Object is one entry of a listing.
+type Object struct {
 	Key          string
 	Size         int64
 	LastModified string
 }
 
-// list returns every object under prefix (ListObjectsV2, page by page),
+// List returns every object under prefix (ListObjectsV2, page by page),
 // sorted by key.
-func (s *s3Client) list(ctx context.Context, prefix string) ([]s3Object, error) {
-	var all []s3Object
+func (s *Client) List(ctx context.Context, prefix string) ([]Object, error) {
+	var all []Object
 	token := ""
 	for {
 		q := url.Values{"list-type": {"2"}, "prefix": {prefix}}
@@ -385,29 +409,30 @@ func (s *s3Client) list(ctx context.Context, prefix string) ([]s3Object, error) 
 			q.Set("continuation-token", token)
 		}
 		var page struct {
-			Contents              []s3Object
+			Contents              []Object
 			IsTruncated           bool
 			NextContinuationToken string
 		}
-		if err := s.call(ctx, s3Request{method: http.MethodGet, query: q}, &page); err != nil {
+		if err := s.call(ctx, request{method: http.MethodGet, query: q}, &page); err != nil {
 			return nil, err
 		}
 		all = append(all, page.Contents...)
 		if !page.IsTruncated || page.NextContinuationToken == "" {
-			slices.SortFunc(all, func(a, b s3Object) int { return strings.Compare(a.Key, b.Key) })
+			slices.SortFunc(all, func(a, b Object) int { return strings.Compare(a.Key, b.Key) })
 			return all, nil
 		}
 		token = page.NextContinuationToken
 	}
 }
 
-func (s *s3Client) delete(ctx context.Context, key string) error {
-	return s.call(ctx, s3Request{method: http.MethodDelete, key: key}, nil)
+// Delete deletes an object; a missing one is no error, as S3 answers.
+func (s *Client) Delete(ctx context.Context, key string) error {
+	return s.call(ctx, request{method: http.MethodDelete, key: key}, nil)
 }
 
-// head returns an object's size.
-func (s *s3Client) head(ctx context.Context, key string) (int64, error) {
-	resp, err := s.send(ctx, s3Request{method: http.MethodHead, key: key})
+// Head returns an object's size.
+func (s *Client) Head(ctx context.Context, key string) (int64, error) {
+	resp, err := s.send(ctx, request{method: http.MethodHead, key: key})
 	if err != nil {
 		return 0, err
 	}
@@ -415,19 +440,19 @@ func (s *s3Client) head(ctx context.Context, key string) (int64, error) {
 	return resp.ContentLength, nil
 }
 
-// get opens an object for reading; the caller closes it.
-func (s *s3Client) get(ctx context.Context, key string) (io.ReadCloser, error) {
-	resp, err := s.send(ctx, s3Request{method: http.MethodGet, key: key})
+// Get opens an object for reading; the caller closes it.
+func (s *Client) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	resp, err := s.send(ctx, request{method: http.MethodGet, key: key})
 	if err != nil {
 		return nil, err
 	}
 	return resp.Body, nil
 }
 
-// signV4 signs req for S3 in region with AWS Signature Version 4: it sets
+// Sign signs req for S3 in region with AWS Signature Version 4: it sets
 // X-Amz-Date, X-Amz-Content-Sha256 (payloadHash) and Authorization. Every
 // header already set is signed, with the host.
-func signV4(req *http.Request, access, secret, region, payloadHash string, t time.Time) {
+func Sign(req *http.Request, access, secret, region, payloadHash string, t time.Time) {
 	amzDate := t.UTC().Format("20060102T150405Z")
 	day := amzDate[:8]
 	req.Header.Set("X-Amz-Date", amzDate)

@@ -1,29 +1,24 @@
-// Snapshot: etcd's database, streamed through the API server's Pod proxy.
+// Package snapshot reads etcd's database as its v3 JSON gateway streams it,
+// and checks the sha256 that etcd ends every snapshot with.
 //
-// The operator already reaches etcd by POSTing to its v3 JSON gateway
-// through the Pod proxy (see observe.go). A snapshot takes the same path:
-//
-//	POST /api/v1/namespaces/NS/pods/NAME:2379/proxy/v3/maintenance/snapshot
-//
-// answers a stream of JSON messages, one per 32 KiB of the database, each
-// with the bytes still to come and the chunk as base64:
+// POST /v3/maintenance/snapshot answers a stream of JSON messages, one per
+// 32 KiB of the database, each with the bytes still to come and the chunk
+// as base64:
 //
 //	{"result":{"remaining_bytes":"N","blob":"<base64>","version":"3.6.0"}}
 //
 // and, after the database, one more whose blob is the sha256 of everything
-// before it. snapshotReader turns the stream back into bytes as they arrive
-// (one message in memory at a time, whatever the database's size), hashes
-// them, and hands out the trailing sha256 only once it matches and the
-// stream has ended: a reader of the whole stream has got a verified
-// snapshot, and a stream cut short, corrupted or ended by an error is an
-// error, never a shorter file. The
-// bytes it hands out, trailer included, are what `etcdutl snapshot
-// restore` reads.
-package main
+// before it. A Reader turns the stream back into bytes as they arrive (one
+// message in memory at a time, whatever the database's size), hashes them,
+// and hands out the trailing sha256 only once it matches and the stream has
+// ended: a reader of the whole stream has got a verified snapshot, and a
+// stream cut short, corrupted or ended by an error is an error, never a
+// shorter file. The bytes it hands out, trailer included, are what
+// `etcdutl snapshot restore` reads, and what a Check verifies again.
+package snapshot
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -31,20 +26,18 @@ import (
 	"fmt"
 	"hash"
 	"io"
-	"net/http"
-	"net/url"
 	"strconv"
 )
 
-const snapshotHashSize = sha256.Size
+const hashSize = sha256.Size
 
-// snapshotReader is the decoded, verified stream of one snapshot.
-type snapshotReader struct {
+// Reader is the decoded, verified stream of one snapshot.
+type Reader struct {
 	body    io.ReadCloser
 	dec     *json.Decoder
 	total   int64 // the database's size, from the first message
 	got     int64 // bytes of the database received so far
-	msg     snapshotMessage
+	msg     message
 	buf     []byte // the last blob, decoded
 	pending []byte // decoded bytes not yet handed out
 	hash    hash.Hash
@@ -54,11 +47,11 @@ type snapshotReader struct {
 	err     error  // sticky
 }
 
-// snapshotMessage is one message of the gateway's stream. The blob stays
+// message is one message of the gateway's stream. The blob stays
 // raw, to be decoded into a buffer used again for every message: a
 // database streams through without 32 KiB of garbage per message.
-type snapshotMessage struct {
-	Result snapshotResult `json:"result"`
+type message struct {
+	Result result `json:"result"`
 	Error  *struct {
 		Code     int    `json:"code"`
 		GRPCCode int    `json:"grpc_code"`
@@ -66,7 +59,7 @@ type snapshotMessage struct {
 	} `json:"error"`
 }
 
-type snapshotResult struct {
+type result struct {
 	RemainingBytes jsonInt         `json:"remaining_bytes"`
 	Blob           json.RawMessage `json:"blob"`
 	Version        string          `json:"version"`
@@ -74,8 +67,8 @@ type snapshotResult struct {
 }
 
 // UnmarshalJSON notes that the message has a result.
-func (r *snapshotResult) UnmarshalJSON(b []byte) error {
-	type fields snapshotResult // without this method
+func (r *result) UnmarshalJSON(b []byte) error {
+	type fields result // without this method
 	r.present = true
 	return json.Unmarshal(b, (*fields)(r))
 }
@@ -95,30 +88,10 @@ func (n *jsonInt) UnmarshalJSON(b []byte) error {
 	return err
 }
 
-// openSnapshot asks a member for a snapshot and reads the stream's first
-// message, which gives its size. The caller closes the reader.
-func (c *controller) openSnapshot(ctx context.Context, ns, podName string) (*snapshotReader, error) {
-	p := "/api/v1/namespaces/" + url.PathEscape(ns) + "/pods/" + url.PathEscape(podName) + fmt.Sprintf(":%d/proxy", clientPort) + "/v3/maintenance/snapshot"
-	resp, err := c.client.send(ctx, http.MethodPost, p, []byte("{}"), "application/json")
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		return nil, responseError(http.MethodPost, p, resp.StatusCode, b)
-	}
-	s, err := newSnapshotReader(resp.Body)
-	if err != nil {
-		resp.Body.Close()
-		return nil, fmt.Errorf("snapshot of %s/%s: %w", ns, podName, err)
-	}
-	return s, nil
-}
-
-// newSnapshotReader reads the first message of a gateway stream.
-func newSnapshotReader(body io.ReadCloser) (*snapshotReader, error) {
-	s := &snapshotReader{body: body, dec: json.NewDecoder(body), total: -1, hash: sha256.New()}
+// NewReader reads the first message of a gateway stream, which gives the
+// database's size. Closing the Reader closes body.
+func NewReader(body io.ReadCloser) (*Reader, error) {
+	s := &Reader{body: body, dec: json.NewDecoder(body), total: -1, hash: sha256.New()}
 	if err := s.next(); err != nil {
 		if err == io.EOF {
 			err = errors.New("empty snapshot stream")
@@ -129,11 +102,11 @@ func newSnapshotReader(body io.ReadCloser) (*snapshotReader, error) {
 }
 
 // Size is the length of the whole stream: the database and its sha256.
-func (s *snapshotReader) Size() int64 { return s.total + snapshotHashSize }
+func (s *Reader) Size() int64 { return s.total + hashSize }
 
-func (s *snapshotReader) Close() error { return s.body.Close() }
+func (s *Reader) Close() error { return s.body.Close() }
 
-func (s *snapshotReader) Read(p []byte) (int, error) {
+func (s *Reader) Read(p []byte) (int, error) {
 	for len(s.pending) == 0 {
 		if s.err != nil {
 			return 0, s.err
@@ -146,9 +119,9 @@ func (s *snapshotReader) Read(p []byte) (int, error) {
 }
 
 // next decodes one message into pending.
-func (s *snapshotReader) next() error {
+func (s *Reader) next() error {
 	m := &s.msg
-	m.Result = snapshotResult{Blob: m.Result.Blob[:0]}
+	m.Result = result{Blob: m.Result.Blob[:0]}
 	m.Error = nil
 	if err := s.dec.Decode(m); err != nil {
 		if err == io.EOF {
@@ -174,7 +147,7 @@ func (s *snapshotReader) next() error {
 }
 
 // decodeBlob decodes a JSON string of base64 into s.buf.
-func (s *snapshotReader) decodeBlob(raw json.RawMessage) ([]byte, error) {
+func (s *Reader) decodeBlob(raw json.RawMessage) ([]byte, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
@@ -198,7 +171,7 @@ func (s *snapshotReader) decodeBlob(raw json.RawMessage) ([]byte, error) {
 
 // take splits a blob into database bytes, handed out at once, and
 // trailer bytes, kept until the stream has ended.
-func (s *snapshotReader) take(blob []byte) error {
+func (s *Reader) take(blob []byte) error {
 	data := blob[:min(int64(len(blob)), s.total-s.got)]
 	s.hash.Write(data)
 	s.got += int64(len(data))
@@ -207,11 +180,11 @@ func (s *snapshotReader) take(blob []byte) error {
 	if len(rest) == 0 {
 		return nil
 	}
-	if len(s.trailer)+len(rest) > snapshotHashSize {
-		return fmt.Errorf("snapshot stream: more than the %d bytes announced", s.total+snapshotHashSize)
+	if len(s.trailer)+len(rest) > hashSize {
+		return fmt.Errorf("snapshot stream: more than the %d bytes announced", s.total+hashSize)
 	}
 	s.trailer = append(s.trailer, rest...)
-	if len(s.trailer) == snapshotHashSize && !bytes.Equal(s.trailer, s.hash.Sum(nil)) {
+	if len(s.trailer) == hashSize && !bytes.Equal(s.trailer, s.hash.Sum(nil)) {
 		return fmt.Errorf("snapshot stream: sha256 mismatch: the data hashes to %x, the stream says %x", s.hash.Sum(nil), s.trailer)
 	}
 	return nil
@@ -219,13 +192,43 @@ func (s *snapshotReader) take(blob []byte) error {
 
 // end is the stream's end: the trailer, checked in take, goes out only
 // now that nothing more came after it.
-func (s *snapshotReader) end() error {
+func (s *Reader) end() error {
 	switch {
 	case s.done:
 		return io.EOF
-	case len(s.trailer) < snapshotHashSize:
-		return fmt.Errorf("snapshot stream cut after %d of %d bytes", s.got+int64(len(s.trailer)), s.total+snapshotHashSize)
+	case len(s.trailer) < hashSize:
+		return fmt.Errorf("snapshot stream cut after %d of %d bytes", s.got+int64(len(s.trailer)), s.total+hashSize)
 	}
 	s.pending, s.done = s.trailer, true
 	return nil
 }
+
+// Check verifies a snapshot written to it: it ends with the sha256 of
+// everything before it (etcdutl checks that too, unless told to skip it).
+type Check struct {
+	h    hash.Hash
+	tail []byte // the last hashSize bytes seen
+	n    int64
+}
+
+// NewCheck returns a Check with nothing written yet.
+func NewCheck() *Check { return &Check{h: sha256.New()} }
+
+func (s *Check) Write(p []byte) (int, error) {
+	s.n += int64(len(p))
+	s.tail = append(s.tail, p...)
+	if extra := len(s.tail) - hashSize; extra > 0 {
+		s.h.Write(s.tail[:extra])
+		s.tail = append(s.tail[:0], s.tail[extra:]...)
+	}
+	return len(p), nil
+}
+
+// Whole reports whether what was written is a whole snapshot: its last 32
+// bytes are the sha256 of the rest.
+func (s *Check) Whole() bool {
+	return len(s.tail) == hashSize && bytes.Equal(s.h.Sum(nil), s.tail)
+}
+
+// Len is how many bytes were written.
+func (s *Check) Len() int64 { return s.n }

@@ -1,7 +1,7 @@
-// Client: talking to the API server with nothing but net/http.
+// Package kube talks to the Kubernetes API server with nothing but net/http.
 //
 // The Kubernetes API is plain HTTP and JSON. What a client library adds, and
-// what this file does in a page, is being a good citizen of a shared server:
+// what this package does in a page, is being a good citizen of a shared server:
 // a client-side rate limit, a timeout on every request, retries with capped,
 // jittered backoff for 429 Too Many Requests (honouring Retry-After) and 5xx,
 // and errors that carry the server's own Status reason and message.
@@ -11,7 +11,7 @@
 // inside a Pod, over HTTPS verified against the cluster's CA, with the Pod's
 // ServiceAccount token. That token is re-read for every request, because
 // bound tokens rotate and one read at start-up expires.
-package main
+package kube
 
 import (
 	"bytes"
@@ -31,32 +31,39 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/etcd-operator/etcd-operator/internal/backoff"
 )
 
-// serviceAccountDir is where the kubelet mounts a Pod's ServiceAccount
+// ServiceAccountDir is where the kubelet mounts a Pod's ServiceAccount
 // credentials.
-const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+const ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
-type client struct {
+// Client sends requests to one API server. It is safe for concurrent use.
+type Client struct {
+	// Limit, Timeout and Log may be set before the first request.
+	Limit   *RateLimiter  // client-side rate limit (none by default)
+	Timeout time.Duration // for each request but a stream (30s by default)
+	Log     *slog.Logger  // where retries are logged (nowhere by default)
+	// Attempts and RetryBase bound the retries: Attempts tries in all, the
+	// waits growing from RetryBase to 50 times it.
+	Attempts  int
+	RetryBase time.Duration
+
 	base      string // scheme://host[:port], no trailing slash
 	http      *http.Client
 	tokenFile string // empty through kubectl proxy
-	limit     *rateLimiter
-	timeout   time.Duration // for each non-watch request
-	attempts  int           // tries for a retryable failure
-	retryBase time.Duration
-	log       *slog.Logger
 }
 
-// apiError is a failed request, with the API server's Status when it sent one.
-type apiError struct {
+// Error is a failed request, with the API server's Status when it sent one.
+type Error struct {
 	Method, Path string
 	Code         int
 	Reason       string
 	Message      string
 }
 
-func (e *apiError) Error() string {
+func (e *Error) Error() string {
 	msg := e.Message
 	if msg == "" {
 		msg = http.StatusText(e.Code)
@@ -64,29 +71,31 @@ func (e *apiError) Error() string {
 	return fmt.Sprintf("%s %s: %d %s: %s", e.Method, e.Path, e.Code, e.Reason, msg)
 }
 
-// isStatus reports whether err is an API error with the given HTTP code.
-func isStatus(err error, code int) bool {
-	var e *apiError
+// IsStatus reports whether err is an API error with the given HTTP code.
+func IsStatus(err error, code int) bool {
+	var e *Error
 	return errors.As(err, &e) && e.Code == code
 }
 
-// status is the part of a metav1.Status that the operator reads.
-type status struct {
+// Status is the part of a metav1.Status that a client reads: the API
+// server's answer to a failed request, and a watch's ERROR event.
+type Status struct {
 	Code    int    `json:"code"`
 	Reason  string `json:"reason"`
 	Message string `json:"message"`
 }
 
-func decodeStatus(b []byte) status {
-	var s status
-	_ = json.Unmarshal(b, &s) // a body that is not a Status leaves it empty
+// ParseStatus reads a Status; a body that is not one gives an empty Status.
+func ParseStatus(b []byte) Status {
+	var s Status
+	_ = json.Unmarshal(b, &s)
 	return s
 }
 
-// inClusterClient builds the client a Pod uses: the API server's address
+// InCluster builds the client a Pod uses: the API server's address
 // from the environment the kubelet sets, its CA and the token from the
 // ServiceAccount volume.
-func inClusterClient(dir string) (*client, error) {
+func InCluster(dir string) (*Client, error) {
 	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
 	if host == "" || port == "" {
 		return nil, errors.New("KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set")
@@ -103,7 +112,7 @@ func inClusterClient(dir string) (*client, error) {
 	if _, err := readToken(tokenFile); err != nil {
 		return nil, err
 	}
-	c := newClient("https://"+net.JoinHostPort(host, port), &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+	c := New("https://"+net.JoinHostPort(host, port), &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
 	c.tokenFile = tokenFile
 	return c, nil
 }
@@ -120,48 +129,57 @@ func readToken(file string) (string, error) {
 	return token, nil
 }
 
-func newClient(base string, tlsConfig *tls.Config) *client {
+// New returns a client of the API server at base (through kubectl proxy:
+// http://127.0.0.1:8001), verifying its certificate with tlsConfig if set.
+func New(base string, tlsConfig *tls.Config) *Client {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.TLSClientConfig = tlsConfig
 	// Workers send requests in parallel; keep a connection for each of them
 	// instead of opening and closing one per request.
 	transport.MaxIdleConnsPerHost = 64
-	return &client{
+	return &Client{
 		base:      strings.TrimRight(base, "/"),
 		http:      &http.Client{Transport: transport},
-		limit:     newRateLimiter(0, 1),
-		timeout:   30 * time.Second,
-		attempts:  6,
-		retryBase: 200 * time.Millisecond,
-		log:       slog.New(slog.DiscardHandler),
+		Limit:     NewRateLimiter(0, 1),
+		Timeout:   30 * time.Second,
+		Attempts:  6,
+		RetryBase: 200 * time.Millisecond,
+		Log:       slog.New(slog.DiscardHandler),
 	}
 }
 
-// do sends one request and returns the response body of a 2xx answer. 429,
+// Do sends one request and returns the response body of a 2xx answer. 429,
 // 5xx and connection failures are retried; anything else is returned at
-// once as an *apiError. A POST retried after a lost answer may meet 409
+// once as an *Error. A POST retried after a lost answer may meet 409
 // AlreadyExists, which the caller treats as done.
-func (c *client) do(ctx context.Context, method, path string, body []byte, contentType string) ([]byte, error) {
-	retry := backoff{min: c.retryBase, max: 50 * c.retryBase} // 200ms to 10s by default
+func (c *Client) Do(ctx context.Context, method, path string, body []byte, contentType string) ([]byte, error) {
+	retry := backoff.Backoff{Min: c.RetryBase, Max: 50 * c.RetryBase} // 200ms to 10s by default
 	for attempt := 1; ; attempt++ {
 		respBody, wait, err := c.try(ctx, method, path, body, contentType)
-		if err == nil || wait < 0 || attempt >= c.attempts || ctx.Err() != nil {
+		if err == nil || wait < 0 || attempt >= c.Attempts || ctx.Err() != nil {
 			return respBody, err
 		}
 		if wait == 0 {
-			wait = retry.delay()
+			wait = retry.Delay()
 		}
-		c.log.Warn("API request failed; retrying", "method", method, "path", path, "attempt", attempt, "in", wait.Round(time.Millisecond), "err", err)
-		if !sleep(ctx, wait) {
+		c.Log.Warn("API request failed; retrying", "method", method, "path", path, "attempt", attempt, "in", wait.Round(time.Millisecond), "err", err)
+		if !backoff.Sleep(ctx, wait) {
 			return nil, ctx.Err()
 		}
 	}
 }
 
+// Once sends one request, with no retry, and returns the body of a 2xx
+// answer: for a caller that tries again on its own (the next pass).
+func (c *Client) Once(ctx context.Context, method, path string, body []byte, contentType string) ([]byte, error) {
+	b, _, err := c.try(ctx, method, path, body, contentType)
+	return b, err
+}
+
 // try makes one attempt. wait < 0 means the error is final; wait > 0 is the
 // delay the server asked for with Retry-After; 0 means "back off".
-func (c *client) try(ctx context.Context, method, path string, body []byte, contentType string) ([]byte, time.Duration, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+func (c *Client) try(ctx context.Context, method, path string, body []byte, contentType string) ([]byte, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 	resp, err := c.send(ctx, method, path, body, contentType)
 	if err != nil {
@@ -184,23 +202,24 @@ func (c *client) try(ctx context.Context, method, path string, body []byte, cont
 	}
 }
 
-// stream opens a long-lived GET (a watch). It has no timeout: the caller
-// bounds it by watching for silence instead.
-func (c *client) stream(ctx context.Context, path string) (io.ReadCloser, error) {
-	resp, err := c.send(ctx, http.MethodGet, path, nil, "")
+// Stream sends a request whose answer is long-lived (a watch, etcd's
+// snapshot through a Pod proxy) and returns its body once the answer is
+// 200. It has no timeout: the caller bounds it by watching for silence.
+func (c *Client) Stream(ctx context.Context, method, path string, body []byte, contentType string) (io.ReadCloser, error) {
+	resp, err := c.send(ctx, method, path, body, contentType)
 	if err != nil {
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		return nil, responseError(http.MethodGet, path, resp.StatusCode, b)
+		return nil, responseError(method, path, resp.StatusCode, b)
 	}
 	return resp.Body, nil
 }
 
-func (c *client) send(ctx context.Context, method, path string, body []byte, contentType string) (*http.Response, error) {
-	if err := c.limit.wait(ctx); err != nil {
+func (c *Client) send(ctx context.Context, method, path string, body []byte, contentType string) (*http.Response, error) {
+	if err := c.Limit.Wait(ctx); err != nil {
 		return nil, err
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(body))
@@ -227,13 +246,13 @@ func (c *client) send(ctx context.Context, method, path string, body []byte, con
 	return resp, nil
 }
 
-func responseError(method, path string, code int, body []byte) *apiError {
-	st := decodeStatus(body)
-	e := &apiError{Method: method, Path: path, Code: code, Reason: st.Reason, Message: st.Message}
+func responseError(method, path string, code int, body []byte) *Error {
+	st := ParseStatus(body)
+	e := &Error{Method: method, Path: path, Code: code, Reason: st.Reason, Message: st.Message}
 	if e.Reason == "" {
 		e.Reason = strings.ReplaceAll(http.StatusText(code), " ", "")
 	}
-	if e.Message == "" && len(body) > 0 && st == (status{}) {
+	if e.Message == "" && len(body) > 0 && st == (Status{}) {
 		e.Message = strings.TrimSpace(excerpt(body))
 	}
 	return e
@@ -248,24 +267,28 @@ func retryAfter(h string) time.Duration {
 	return min(time.Duration(s)*time.Second, time.Minute)
 }
 
-// rateLimiter spaces requests at most qps per second on average, allowing
+// RateLimiter spaces requests at most qps per second on average, allowing
 // bursts of up to burst requests.
-type rateLimiter struct {
+type RateLimiter struct {
 	mu       sync.Mutex
 	interval time.Duration // 0: unlimited
 	burst    int
 	next     time.Time // when the bucket is full again, minus one interval
 }
 
-func newRateLimiter(qps float64, burst int) *rateLimiter {
-	r := &rateLimiter{burst: max(burst, 1)}
+// NewRateLimiter returns a limit of qps on average (0: none) with bursts
+// of burst requests.
+func NewRateLimiter(qps float64, burst int) *RateLimiter {
+	r := &RateLimiter{burst: max(burst, 1)}
 	if qps > 0 {
 		r.interval = time.Duration(float64(time.Second) / qps)
 	}
 	return r
 }
 
-func (r *rateLimiter) wait(ctx context.Context) error {
+// Wait takes a token, waiting for one if the bucket is empty, or returns
+// ctx's error.
+func (r *RateLimiter) Wait(ctx context.Context) error {
 	if r.interval == 0 {
 		return ctx.Err()
 	}
@@ -279,8 +302,19 @@ func (r *rateLimiter) wait(ctx context.Context) error {
 	at := r.next
 	r.next = r.next.Add(r.interval)
 	r.mu.Unlock()
-	if d := at.Sub(now); d > 0 && !sleep(ctx, d) {
+	if d := at.Sub(now); d > 0 && !backoff.Sleep(ctx, d) {
 		return ctx.Err()
 	}
 	return ctx.Err()
 }
+
+// excerpt is at most the first 40 bytes of an answer, for a message.
+func excerpt(b []byte) string {
+	if len(b) > 40 {
+		return string(b[:40]) + "..."
+	}
+	return string(b)
+}
+
+// Base is the API server's address: scheme://host[:port].
+func (c *Client) Base() string { return c.base }

@@ -1,11 +1,10 @@
-package main
-
-// A fake S3 server for the backup tests: path-style buckets and objects in
-// memory, multipart uploads, ListObjectsV2 (in small pages), and SigV4
-// checked on every request, as a real server would: a request whose
+// Package s3test is a fake S3 server for tests: path-style buckets and
+// objects in memory, multipart uploads, ListObjectsV2 (in small pages), and
+// SigV4 checked on every request, as a real server would: a request whose
 // signature does not match what arrived is refused with
 // SignatureDoesNotMatch. An object exists only once a PUT's whole body, or
 // a completed multipart upload, has arrived.
+package s3test
 
 import (
 	"crypto/md5"
@@ -21,55 +20,65 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/etcd-operator/etcd-operator/internal/s3"
 )
 
-type fakeS3 struct {
-	srv                    *httptest.Server
-	access, secret, region string
-	mu                     sync.Mutex
-	buckets                map[string]bool
-	objects                map[string][]byte // "bucket/key"
-	uploads                map[string]*fakeUpload
-	requests               []string // "METHOD /bucket/key?query"
-	pageSize               int
-	fault                  func(r *http.Request) (code int, s3code string) // 0: none
-	nextID                 int
+// Server is one fake S3 endpoint.
+type Server struct {
+	URL                    string // http://127.0.0.1:PORT
+	Access, Secret, Region string // the one key pair it knows, and its region
+
+	srv      *httptest.Server
+	mu       sync.Mutex
+	buckets  map[string]bool
+	objects  map[string][]byte // "bucket/key"
+	uploads  map[string]*upload
+	requests []string // "METHOD /bucket/key?query"
+	pageSize int
+	fault    func(r *http.Request) (code int, s3code string) // 0: none
+	catch    func(w http.ResponseWriter, r *http.Request) bool
+	nextID   int
 }
 
-type fakeUpload struct {
+type upload struct {
 	bucket, key string
 	parts       map[int][]byte
 }
 
-func newFakeS3(t *testing.T, buckets ...string) *fakeS3 {
-	f := &fakeS3{access: "AKIDTEST", secret: "test-secret-key", region: "us-east-1",
-		buckets: map[string]bool{}, objects: map[string][]byte{}, uploads: map[string]*fakeUpload{}, pageSize: 2}
+// New starts a server with the given buckets, stopped when the test ends.
+func New(t testing.TB, buckets ...string) *Server {
+	f := &Server{Access: "AKIDTEST", Secret: "test-secret-key", Region: "us-east-1",
+		buckets: map[string]bool{}, objects: map[string][]byte{}, uploads: map[string]*upload{}, pageSize: 2}
 	for _, b := range buckets {
 		f.buckets[b] = true
 	}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	f.URL = f.srv.URL
 	t.Cleanup(f.srv.Close)
 	return f
 }
 
-// client is an s3Client for bucket with the fake's credentials.
-func (f *fakeS3) client(t *testing.T, bucket string) *s3Client {
+// Client is a client of bucket with the server's credentials.
+func (f *Server) Client(t testing.TB, bucket string) *s3.Client {
 	t.Helper()
-	s, err := newS3Client(f.srv.URL, bucket, f.region, f.access, f.secret)
+	s, err := s3.New(f.URL, bucket, f.Region, f.Access, f.Secret)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-func (f *fakeS3) object(bucket, key string) ([]byte, bool) {
+// Object is the object under bucket/key, if there is one.
+func (f *Server) Object(bucket, key string) ([]byte, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	b, ok := f.objects[bucket+"/"+key]
 	return b, ok
 }
 
-func (f *fakeS3) keys() []string {
+// Keys are every object's "bucket/key", sorted.
+func (f *Server) Keys() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var keys []string
@@ -80,14 +89,62 @@ func (f *fakeS3) keys() []string {
 	return keys
 }
 
-func (f *fakeS3) openUploads() int {
+// OpenUploads counts the multipart uploads neither completed nor aborted.
+func (f *Server) OpenUploads() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.uploads)
 }
 
-// count counts the requests whose "METHOD path?query" contains s.
-func (f *fakeS3) count(s string) int {
+// Put stores an object as it is, as if someone had uploaded it.
+func (f *Server) Put(bucket, key string, b []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.objects[bucket+"/"+key] = b
+}
+
+// Remove deletes an object, as if someone else had.
+func (f *Server) Remove(bucket, key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.objects, bucket+"/"+key)
+}
+
+// RemoveBucket deletes a bucket: requests to it answer NoSuchBucket.
+func (f *Server) RemoveBucket(bucket string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.buckets, bucket)
+}
+
+// Fail makes the server answer a request with the status and S3 code fault
+// returns for it, unless that status is 0; nil answers every request again.
+func (f *Server) Fail(fault func(r *http.Request) (status int, code string)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fault = fault
+}
+
+// Intercept lets catch answer a request before the server does (it returns
+// true when it did): an answer no fault code makes, such as an error sent
+// after a 200 OK.
+func (f *Server) Intercept(catch func(w http.ResponseWriter, r *http.Request) bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.catch = catch
+}
+
+// Begin starts a multipart upload that nobody completes or aborts, as an
+// uploader killed midway leaves one.
+func (f *Server) Begin(bucket, key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextID++
+	f.uploads["upload-"+strconv.Itoa(f.nextID)] = &upload{bucket: bucket, key: key, parts: map[int][]byte{}}
+}
+
+// Count counts the requests whose "METHOD path?query" contains s.
+func (f *Server) Count(s string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := 0
@@ -104,11 +161,14 @@ func s3Fail(w http.ResponseWriter, status int, code, msg string) {
 	fmt.Fprintf(w, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>%s</Code><Message>%s</Message></Error>", code, msg)
 }
 
-func (f *fakeS3) serve(w http.ResponseWriter, r *http.Request) {
+func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.requests = append(f.requests, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
-	fault := f.fault
+	fault, catch := f.fault, f.catch
 	f.mu.Unlock()
+	if catch != nil && catch(w, r) {
+		return
+	}
 	if code, msg := f.checkSignature(r); code != "" {
 		s3Fail(w, http.StatusForbidden, code, msg)
 		return
@@ -135,11 +195,11 @@ func (f *fakeS3) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 // checkSignature recomputes the request's signature from what arrived.
-func (f *fakeS3) checkSignature(r *http.Request) (code, msg string) {
+func (f *Server) checkSignature(r *http.Request) (code, msg string) {
 	auth := r.Header.Get("Authorization")
 	cred, _, _ := strings.Cut(strings.TrimPrefix(auth, "AWS4-HMAC-SHA256 Credential="), ",")
 	access, _, _ := strings.Cut(cred, "/")
-	if access != f.access {
+	if access != f.Access {
 		return "InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records."
 	}
 	_, signed, _ := strings.Cut(auth, "SignedHeaders=")
@@ -159,14 +219,14 @@ func (f *fakeS3) checkSignature(r *http.Request) (code, msg string) {
 			again.Header[http.CanonicalHeaderKey(h)] = r.Header.Values(h)
 		}
 	}
-	signV4(again, access, f.secret, f.region, r.Header.Get("X-Amz-Content-Sha256"), t)
+	s3.Sign(again, access, f.Secret, f.Region, r.Header.Get("X-Amz-Content-Sha256"), t)
 	if again.Header.Get("Authorization") != auth {
 		return "SignatureDoesNotMatch", "The request signature we calculated does not match the signature you provided."
 	}
 	return "", ""
 }
 
-func (f *fakeS3) serveBucket(w http.ResponseWriter, r *http.Request, bucket string) {
+func (f *Server) serveBucket(w http.ResponseWriter, r *http.Request, bucket string) {
 	q := r.URL.Query()
 	switch {
 	case r.Method == http.MethodGet && q.Has("uploads"):
@@ -178,9 +238,9 @@ func (f *fakeS3) serveBucket(w http.ResponseWriter, r *http.Request, bucket stri
 	}
 }
 
-func (f *fakeS3) listObjects(w http.ResponseWriter, bucket, prefix, token string) {
+func (f *Server) listObjects(w http.ResponseWriter, bucket, prefix, token string) {
 	var keys []string
-	for _, k := range f.keys() {
+	for _, k := range f.Keys() {
 		if rest, ok := strings.CutPrefix(k, bucket+"/"); ok && strings.HasPrefix(rest, prefix) && rest > token {
 			keys = append(keys, rest)
 		}
@@ -200,13 +260,13 @@ func (f *fakeS3) listObjects(w http.ResponseWriter, bucket, prefix, token string
 			page.IsTruncated, page.NextContinuationToken = true, keys[i-1]
 			break
 		}
-		b, _ := f.object(bucket, k)
+		b, _ := f.Object(bucket, k)
 		page.Contents = append(page.Contents, content{Key: k, Size: len(b)})
 	}
 	writeXML(w, page)
 }
 
-func (f *fakeS3) listUploads(w http.ResponseWriter, bucket, prefix string) {
+func (f *Server) listUploads(w http.ResponseWriter, bucket, prefix string) {
 	type upload struct{ Key, UploadId string }
 	var l struct {
 		XMLName xml.Name `xml:"ListMultipartUploadsResult"`
@@ -228,14 +288,14 @@ func writeXML(w http.ResponseWriter, v any) {
 	w.Write(b)
 }
 
-func (f *fakeS3) serveObject(w http.ResponseWriter, r *http.Request, bucket, key string) {
+func (f *Server) serveObject(w http.ResponseWriter, r *http.Request, bucket, key string) {
 	q := r.URL.Query()
 	switch {
 	case r.Method == http.MethodPost && q.Has("uploads"):
 		f.mu.Lock()
 		f.nextID++
 		id := "upload-" + strconv.Itoa(f.nextID)
-		f.uploads[id] = &fakeUpload{bucket: bucket, key: key, parts: map[int][]byte{}}
+		f.uploads[id] = &upload{bucket: bucket, key: key, parts: map[int][]byte{}}
 		f.mu.Unlock()
 		writeXML(w, struct {
 			XMLName  xml.Name `xml:"InitiateMultipartUploadResult"`
@@ -276,7 +336,7 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	return body, true
 }
 
-func (f *fakeS3) putPart(w http.ResponseWriter, r *http.Request, id, number string) {
+func (f *Server) putPart(w http.ResponseWriter, r *http.Request, id, number string) {
 	n, _ := strconv.Atoi(number)
 	body, ok := readBody(w, r)
 	if !ok {
@@ -298,9 +358,12 @@ func etag(b []byte) string {
 	return `"` + hex.EncodeToString(sum[:]) + `"`
 }
 
-func (f *fakeS3) complete(w http.ResponseWriter, r *http.Request, bucket, key, id string) {
+func (f *Server) complete(w http.ResponseWriter, r *http.Request, bucket, key, id string) {
 	var c struct {
-		Part []completedPart
+		Part []struct {
+			PartNumber int
+			ETag       string
+		}
 	}
 	if err := xml.NewDecoder(r.Body).Decode(&c); err != nil {
 		s3Fail(w, http.StatusBadRequest, "MalformedXML", err.Error())
@@ -329,8 +392,8 @@ func (f *fakeS3) complete(w http.ResponseWriter, r *http.Request, bucket, key, i
 	}{Key: key})
 }
 
-func (f *fakeS3) serveStored(w http.ResponseWriter, r *http.Request, bucket, key string) {
-	body, ok := f.object(bucket, key)
+func (f *Server) serveStored(w http.ResponseWriter, r *http.Request, bucket, key string) {
+	body, ok := f.Object(bucket, key)
 	switch {
 	case !ok && r.Method == http.MethodDelete:
 		w.WriteHeader(http.StatusNoContent) // S3 deletes what is not there without complaint

@@ -1,4 +1,5 @@
-// Encryption at rest: AES-256-GCM in chunks, so that it streams.
+// Package encryption seals a stream for storage at rest: AES-256-GCM in
+// chunks, so that it streams.
 //
 // GCM seals a message whole: it cannot hand out ciphertext before it has
 // seen the end of its input, and a 512 MiB snapshot must not sit in
@@ -14,10 +15,9 @@
 // Layout: "etcdop-enc1\n" (12 bytes), a 32-byte salt, then the chunks:
 // every full chunk sealed (64 KiB + 16), and a last, shorter (possibly
 // empty) chunk sealed with the last flag.
-package main
+package encryption
 
 import (
-	"compress/gzip"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hkdf"
@@ -32,16 +32,16 @@ import (
 )
 
 const (
-	encMagic    = "etcdop-enc1\n"
-	encSaltSize = 32
-	encChunk    = 64 << 10
-	encTagSize  = 16
-	encInfo     = "etcd-operator backup v1"
+	magic     = "etcdop-enc1\n"
+	saltSize  = 32
+	chunkSize = 64 << 10
+	tagSize   = 16
+	hkdfInfo  = "etcd-operator backup v1"
 )
 
-// parseEncryptionKey reads a Secret's key: 32 bytes, as they are or as 64
+// ParseKey reads a key as a Secret holds it: 32 bytes, as they are or as 64
 // hexadecimal digits.
-func parseEncryptionKey(b []byte) ([]byte, error) {
+func ParseKey(b []byte) ([]byte, error) {
 	if len(b) == 32 {
 		return b, nil
 	}
@@ -52,13 +52,14 @@ func parseEncryptionKey(b []byte) ([]byte, error) {
 	return nil, fmt.Errorf("the encryption key must be 32 bytes, or 64 hexadecimal digits, not %d bytes", len(b))
 }
 
-// encryptedSize is the sealed length of n plain bytes.
-func encryptedSize(n int64) int64 {
-	return int64(len(encMagic)) + encSaltSize + n/encChunk*(encChunk+encTagSize) + n%encChunk + encTagSize
+// SealedSize is the sealed length of n plain bytes: a sealed stream is
+// still uploaded with a known length.
+func SealedSize(n int64) int64 {
+	return int64(len(magic)) + saltSize + n/chunkSize*(chunkSize+tagSize) + n%chunkSize + tagSize
 }
 
 func chunkAEAD(key, salt []byte) (cipher.AEAD, error) {
-	k, err := hkdf.Key(sha256.New, key, salt, encInfo, 32)
+	k, err := hkdf.Key(sha256.New, key, salt, hkdfInfo, 32)
 	if err != nil {
 		return nil, err
 	}
@@ -88,8 +89,9 @@ type encryptReader struct {
 	done bool
 }
 
-func newEncryptReader(src io.Reader, key []byte) (*encryptReader, error) {
-	salt := make([]byte, encSaltSize)
+// Encrypt returns a reader of src sealed with key (32 bytes) as it is read.
+func Encrypt(src io.Reader, key []byte) (io.Reader, error) {
+	salt := make([]byte, saltSize)
 	if _, err := rand.Read(salt); err != nil {
 		return nil, err
 	}
@@ -97,7 +99,7 @@ func newEncryptReader(src io.Reader, key []byte) (*encryptReader, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &encryptReader{src: src, aead: aead, buf: make([]byte, encChunk+encTagSize), out: append([]byte(encMagic), salt...)}, nil
+	return &encryptReader{src: src, aead: aead, buf: make([]byte, chunkSize+tagSize), out: append([]byte(magic), salt...)}, nil
 }
 
 func (e *encryptReader) Read(p []byte) (int, error) {
@@ -105,7 +107,7 @@ func (e *encryptReader) Read(p []byte) (int, error) {
 		if e.done {
 			return 0, io.EOF
 		}
-		n, err := io.ReadFull(e.src, e.buf[:encChunk])
+		n, err := io.ReadFull(e.src, e.buf[:chunkSize])
 		switch {
 		case err == io.EOF || err == io.ErrUnexpectedEOF:
 			e.done = true
@@ -131,16 +133,18 @@ type decryptReader struct {
 	done bool
 }
 
-func newDecryptReader(src io.Reader, key []byte) (*decryptReader, error) {
-	head := make([]byte, len(encMagic)+encSaltSize)
-	if _, err := io.ReadFull(src, head); err != nil || string(head[:len(encMagic)]) != encMagic {
+// Decrypt returns a reader of what Encrypt sealed with key; any change,
+// reordering or truncation is an error.
+func Decrypt(src io.Reader, key []byte) (io.Reader, error) {
+	head := make([]byte, len(magic)+saltSize)
+	if _, err := io.ReadFull(src, head); err != nil || string(head[:len(magic)]) != magic {
 		return nil, errors.New("not an encrypted backup (no header)")
 	}
-	aead, err := chunkAEAD(key, head[len(encMagic):])
+	aead, err := chunkAEAD(key, head[len(magic):])
 	if err != nil {
 		return nil, err
 	}
-	return &decryptReader{src: src, aead: aead, buf: make([]byte, encChunk+encTagSize)}, nil
+	return &decryptReader{src: src, aead: aead, buf: make([]byte, chunkSize+tagSize)}, nil
 }
 
 func (d *decryptReader) Read(p []byte) (int, error) {
@@ -160,7 +164,7 @@ func (d *decryptReader) Read(p []byte) (int, error) {
 // open reads and opens one chunk: a full one is followed by more, and
 // the stream ends with a shorter one, sealed as the last.
 func (d *decryptReader) open() error {
-	n, err := io.ReadFull(d.src, d.buf[:encChunk+encTagSize])
+	n, err := io.ReadFull(d.src, d.buf[:chunkSize+tagSize])
 	switch {
 	case err == io.EOF:
 		return errors.New("encrypted backup cut short: no last chunk")
@@ -176,19 +180,4 @@ func (d *decryptReader) open() error {
 	d.out = out
 	d.n++
 	return nil
-}
-
-// gzipReader compresses src as it is read. Closing it stops the
-// goroutine that compresses, whether or not everything was read.
-func gzipReader(src io.Reader) io.ReadCloser {
-	pr, pw := io.Pipe()
-	go func() {
-		zw, _ := gzip.NewWriterLevel(pw, gzip.BestSpeed)
-		_, err := io.Copy(zw, src)
-		if err == nil {
-			err = zw.Close()
-		}
-		pw.CloseWithError(err)
-	}()
-	return pr
 }

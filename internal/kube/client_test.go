@@ -1,7 +1,7 @@
 // Tests of the API client: retries of what may succeed later and of nothing
 // else, a timeout on every request, the in-cluster identity (the cluster CA
 // and a token read for every request), and the client-side rate limit.
-package main
+package kube
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"math/big"
@@ -59,9 +60,9 @@ func TestClientRetries(t *testing.T) {
 				w.Write([]byte(`{}`))
 			}))
 			defer srv.Close()
-			c := newClient(srv.URL, nil)
-			c.retryBase, c.attempts = time.Millisecond, 4
-			_, err := c.do(context.Background(), "GET", "/x", nil, "")
+			c := New(srv.URL, nil)
+			c.RetryBase, c.Attempts = time.Millisecond, 4
+			_, err := c.Do(context.Background(), "GET", "/x", nil, "")
 			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
 				t.Errorf("err = %v, want %q", err, tc.wantErr)
 			}
@@ -99,9 +100,9 @@ func TestClientTimeout(t *testing.T) {
 		w.Write([]byte(`{"ok":true}`))
 	}))
 	defer srv.Close()
-	c := newClient(srv.URL, nil)
-	c.timeout, c.retryBase = 100*time.Millisecond, time.Millisecond
-	b, err := c.do(context.Background(), "GET", "/x", nil, "")
+	c := New(srv.URL, nil)
+	c.Timeout, c.RetryBase = 100*time.Millisecond, time.Millisecond
+	b, err := c.Do(context.Background(), "GET", "/x", nil, "")
 	if err != nil || string(b) != `{"ok":true}` {
 		t.Fatalf("do = %s, %v; want the answer of a later try", b, err)
 	}
@@ -143,18 +144,18 @@ func TestInClusterClient(t *testing.T) {
 
 	t.Run("token is read for every request", func(t *testing.T) {
 		dir := writeSA(t, srv.Certificate().Raw, "token-one")
-		c, err := inClusterClient(dir)
+		c, err := InCluster(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.do(context.Background(), "GET", "/api", nil, ""); err != nil {
+		if _, err := c.Do(context.Background(), "GET", "/api", nil, ""); err != nil {
 			t.Fatal(err)
 		}
 		// The kubelet replaces the file when it rotates the token.
 		if err := os.WriteFile(filepath.Join(dir, "token"), []byte("token-two"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.do(context.Background(), "GET", "/api", nil, ""); err != nil {
+		if _, err := c.Do(context.Background(), "GET", "/api", nil, ""); err != nil {
 			t.Fatal(err)
 		}
 		mu.Lock()
@@ -164,12 +165,12 @@ func TestInClusterClient(t *testing.T) {
 		}
 	})
 	t.Run("server not signed by the cluster CA", func(t *testing.T) {
-		c, err := inClusterClient(writeSA(t, selfSignedCA(t), "secret-token"))
+		c, err := InCluster(writeSA(t, selfSignedCA(t), "secret-token"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.attempts = 1
-		_, err = c.do(context.Background(), "GET", "/api", nil, "")
+		c.Attempts = 1
+		_, err = c.Do(context.Background(), "GET", "/api", nil, "")
 		if err == nil || !strings.Contains(err.Error(), "certificate") {
 			t.Errorf("err = %v, want a certificate verification error", err)
 		}
@@ -180,7 +181,7 @@ func TestInClusterClient(t *testing.T) {
 	t.Run("no token", func(t *testing.T) {
 		dir := writeSA(t, srv.Certificate().Raw, "x")
 		os.Remove(filepath.Join(dir, "token"))
-		if _, err := inClusterClient(dir); err == nil || !strings.Contains(err.Error(), "service account token") {
+		if _, err := InCluster(dir); err == nil || !strings.Contains(err.Error(), "service account token") {
 			t.Errorf("err = %v, want a service account token error", err)
 		}
 	})
@@ -209,10 +210,10 @@ func selfSignedCA(t *testing.T) []byte {
 func TestRateLimiter(t *testing.T) {
 	// 10 requests at 1000/s with a burst of 5: the first 5 go at once, the
 	// other 5 each wait one more interval, so the whole takes >= 5ms.
-	r := newRateLimiter(1000, 5)
+	r := NewRateLimiter(1000, 5)
 	start := time.Now()
 	for range 10 {
-		if err := r.wait(context.Background()); err != nil {
+		if err := r.Wait(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -221,9 +222,17 @@ func TestRateLimiter(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	slow := newRateLimiter(0.001, 1)
-	_ = slow.wait(context.Background()) // takes the one token
-	if err := slow.wait(ctx); !errors.Is(err, context.Canceled) {
+	slow := NewRateLimiter(0.001, 1)
+	_ = slow.Wait(context.Background()) // takes the one token
+	if err := slow.Wait(ctx); !errors.Is(err, context.Canceled) {
 		t.Errorf("wait on a cancelled context = %v, want context.Canceled", err)
 	}
+}
+
+// writeStatus answers as the API server does when a request fails.
+func writeStatus(w http.ResponseWriter, code int, reason, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(map[string]any{"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{},
+		"status": "Failure", "message": message, "reason": reason, "code": code})
 }

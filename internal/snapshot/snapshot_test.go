@@ -1,39 +1,19 @@
-package main
+package snapshot
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
-	"fmt"
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/etcd-operator/etcd-operator/internal/snapshot/snapshottest"
 )
 
-// gatewayStream is what etcd's JSON gateway sends for a snapshot of data:
-// a message per chunk with the bytes still to come, then the sha256.
-func gatewayStream(data []byte, chunk int) string {
-	var b strings.Builder
-	for sent := 0; sent < len(data); {
-		n := min(chunk, len(data)-sent)
-		sent += n
-		fmt.Fprintf(&b, `{"result":{"remaining_bytes":"%d","blob":"%s","version":"3.6.0"}}`+"\n", len(data)-sent, base64.StdEncoding.EncodeToString(data[sent-n:sent]))
-	}
-	sum := sha256.Sum256(data)
-	fmt.Fprintf(&b, `{"result":{"blob":"%s","version":"3.6.0"}}`+"\n", base64.StdEncoding.EncodeToString(sum[:]))
-	return b.String()
-}
-
-func snapshotData(n int) []byte {
-	data := make([]byte, n)
-	for i := range data {
-		data[i] = byte(i * 7)
-	}
-	return data
-}
-
 func TestSnapshotReader(t *testing.T) {
-	data := snapshotData(10000)
-	good := gatewayStream(data, 1024)
+	data := snapshottest.Data(10000)
+	good := snapshottest.Stream(data, 1024)
 	sum := sha256.Sum256(data)
 	lines := strings.SplitAfter(good, "\n")
 	tests := []struct {
@@ -42,11 +22,11 @@ func TestSnapshotReader(t *testing.T) {
 		err    string // "" : the data and its sha256
 	}{
 		{"good", good, ""},
-		{"chunks of the size of the data", gatewayStream(data, 10000), ""},
+		{"chunks of the size of the data", snapshottest.Stream(data, 10000), ""},
 		{"numbers instead of strings", strings.ReplaceAll(strings.ReplaceAll(good, `"remaining_bytes":"`, `"remaining_bytes":`), `","blob"`, `,"blob"`), ""},
 		{"empty messages between", strings.Join(lines[:3], `{"result":{"blob":""}}`+"\n") + strings.Join(lines[3:], ""), ""},
 		{"sha256 mismatch", strings.Replace(good, base64.StdEncoding.EncodeToString(sum[:]), base64.StdEncoding.EncodeToString(make([]byte, 32)), 1), "sha256 mismatch"},
-		{"data changed", gatewayStream(append([]byte{1}, data[1:]...), 1024)[:len(good)-len(lines[len(lines)-2])] + lines[len(lines)-2], "sha256 mismatch"},
+		{"data changed", snapshottest.Stream(append([]byte{1}, data[1:]...), 1024)[:len(good)-len(lines[len(lines)-2])] + lines[len(lines)-2], "sha256 mismatch"},
 		{"error line", strings.Join(lines[:4], "") + `{"error":{"code":14,"message":"etcdserver: server stopped"}}` + "\n", "server stopped"},
 		{"cut midway, in a message", good[:len(good)/2], "cut after"},
 		{"cut at a message's end", strings.Join(lines[:5], ""), "cut after"},
@@ -60,7 +40,7 @@ func TestSnapshotReader(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []byte
-			s, err := newSnapshotReader(io.NopCloser(strings.NewReader(tt.stream)))
+			s, err := NewReader(io.NopCloser(strings.NewReader(tt.stream)))
 			if err == nil {
 				if s.Size() != int64(len(data))+32 {
 					t.Errorf("Size %d, want %d", s.Size(), len(data)+32)
@@ -85,8 +65,36 @@ func TestSnapshotReader(t *testing.T) {
 // The first message is read at once: an error there is the open's.
 func TestSnapshotReaderFirstMessage(t *testing.T) {
 	for _, stream := range []string{"", `{"error":{"code":7,"message":"permission denied"}}`, `{"other":1}`} {
-		if _, err := newSnapshotReader(io.NopCloser(strings.NewReader(stream))); err == nil {
+		if _, err := NewReader(io.NopCloser(strings.NewReader(stream))); err == nil {
 			t.Errorf("%q: no error", stream)
+		}
+	}
+}
+
+// A Check passes a whole snapshot, and nothing cut, changed or extended.
+func TestCheck(t *testing.T) {
+	data := snapshottest.Data(5000)
+	sum := sha256.Sum256(data)
+	whole := append(bytes.Clone(data), sum[:]...)
+	changed := bytes.Clone(whole)
+	changed[10] ^= 1
+	for _, tt := range []struct {
+		name string
+		b    []byte
+		ok   bool
+	}{
+		{"whole", whole, true},
+		{"cut", whole[:len(whole)-1], false},
+		{"changed", changed, false},
+		{"extended", append(bytes.Clone(whole), 0), false},
+		{"shorter than a hash", sum[:10], false},
+	} {
+		c := NewCheck()
+		for b := tt.b; len(b) > 0; b = b[min(len(b), 777):] { // in pieces, as io.Copy writes
+			c.Write(b[:min(len(b), 777)])
+		}
+		if c.Whole() != tt.ok || c.Len() != int64(len(tt.b)) {
+			t.Errorf("%s: Whole %v, Len %d; want %v, %d", tt.name, c.Whole(), c.Len(), tt.ok, len(tt.b))
 		}
 	}
 }
