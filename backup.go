@@ -89,43 +89,17 @@ type backupSpec struct {
 	keep     int
 }
 
-// backupRecord is status.lastBackup: the last backup that succeeded.
-type backupRecord struct {
-	Time     string `json:"time"` // when the snapshot was asked for, RFC 3339
-	Key      string `json:"key"`  // the object's key in the bucket
-	Revision int64  `json:"revision"`
-	Size     int64  `json:"size"`   // of the object
-	SHA256   string `json:"sha256"` // of the object, as sha256sum prints it
-	Duration string `json:"duration"`
-	Member   string `json:"member"`        // the Pod whose etcd made the snapshot
-	Now      string `json:"now,omitempty"` // the spec.backup.now it answers
-}
-
-// backupFailure is status.backupFailure: why the last try failed, until
-// one succeeds.
-type backupFailure struct {
-	Time     string `json:"time"`
-	Message  string `json:"message"`
-	Attempts int    `json:"attempts"` // failures in a row
-	// Generation is the metadata.generation of the spec that failed: a
-	// new spec is tried at once.
-	Generation int64 `json:"generation"`
-}
-
 var bucketName = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
 
-// parseBackupSpec reads spec.backup; nil when there is none. Its errors
-// name the field, as they end up in the status.
-func parseBackupSpec(spec json.RawMessage) (*backupSpec, error) {
-	var s struct {
-		Backup *backupSpec `json:"backup"`
-	}
-	if err := json.Unmarshal(spec, &s); err != nil {
-		return nil, fmt.Errorf("spec.backup: %w", err)
-	}
-	b := s.Backup
-	if b == nil {
+// parseBackup reads spec.backup (parseSpec); nil when there is none. Its
+// errors name the field, as they end up in the status.
+func parseBackup(raw json.RawMessage) (*backupSpec, error) {
+	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
+	}
+	b := &backupSpec{}
+	if err := json.Unmarshal(raw, b); err != nil {
+		return nil, fmt.Errorf("spec.backup: %w", err)
 	}
 	if err := b.S3.check("spec.backup.s3"); err != nil {
 		return nil, err

@@ -42,7 +42,7 @@ func TestParseBackupSpec(t *testing.T) {
 		{`{"backup":"yes"}`, "spec.backup"},
 	}
 	for _, tt := range tests {
-		b, err := parseBackupSpec(json.RawMessage(tt.spec))
+		b, err := backupSpecOf(json.RawMessage(tt.spec))
 		switch {
 		case tt.err == "" && err != nil:
 			t.Errorf("%s: %v", tt.spec, err)
@@ -127,24 +127,24 @@ func TestBackupDue(t *testing.T) {
 		name     string
 		schedule time.Duration
 		now      string
-		st       backupState
+		st       backupStatus
 		gen      int64
 		due      bool
 		wait     time.Duration
 	}{
-		{"nothing asked", 0, "", backupState{}, 0, false, 0},
-		{"first scheduled", time.Hour, "", backupState{}, 0, true, 0},
-		{"scheduled, not yet", time.Hour, "", backupState{Last: last(20*time.Minute, "")}, 0, false, 40 * time.Minute},
-		{"scheduled, due", time.Hour, "", backupState{Last: last(time.Hour, "")}, 0, true, 0},
-		{"on demand", 0, "a", backupState{}, 0, true, 0},
-		{"on demand, answered", 0, "a", backupState{Last: last(time.Minute, "a")}, 0, false, 0},
-		{"on demand, new token", time.Hour, "b", backupState{Last: last(time.Minute, "a")}, 0, true, 0},
-		{"failed, retry later", time.Hour, "", backupState{Failure: fail(5*time.Second, 1)}, 0, false, 5 * time.Second},
-		{"failed twice, longer", 0, "a", backupState{Failure: fail(5*time.Second, 2)}, 0, false, 15 * time.Second},
-		{"failed long ago", 0, "a", backupState{Failure: fail(time.Hour, 9)}, 0, true, 0},
-		{"failure older than the last success", time.Hour, "", backupState{Last: last(time.Hour, ""), Failure: fail(2*time.Hour, 5)}, 0, true, 0},
-		{"retry capped", 0, "a", backupState{Failure: fail(time.Minute, 30)}, 0, false, 4 * time.Minute},
-		{"failed under an older spec", 0, "a", backupState{Failure: fail(5*time.Second, 2)}, 1, true, 0},
+		{"nothing asked", 0, "", backupStatus{}, 0, false, 0},
+		{"first scheduled", time.Hour, "", backupStatus{}, 0, true, 0},
+		{"scheduled, not yet", time.Hour, "", backupStatus{Last: last(20*time.Minute, "")}, 0, false, 40 * time.Minute},
+		{"scheduled, due", time.Hour, "", backupStatus{Last: last(time.Hour, "")}, 0, true, 0},
+		{"on demand", 0, "a", backupStatus{}, 0, true, 0},
+		{"on demand, answered", 0, "a", backupStatus{Last: last(time.Minute, "a")}, 0, false, 0},
+		{"on demand, new token", time.Hour, "b", backupStatus{Last: last(time.Minute, "a")}, 0, true, 0},
+		{"failed, retry later", time.Hour, "", backupStatus{Failure: fail(5*time.Second, 1)}, 0, false, 5 * time.Second},
+		{"failed twice, longer", 0, "a", backupStatus{Failure: fail(5*time.Second, 2)}, 0, false, 15 * time.Second},
+		{"failed long ago", 0, "a", backupStatus{Failure: fail(time.Hour, 9)}, 0, true, 0},
+		{"failure older than the last success", time.Hour, "", backupStatus{Last: last(time.Hour, ""), Failure: fail(2*time.Hour, 5)}, 0, true, 0},
+		{"retry capped", 0, "a", backupStatus{Failure: fail(time.Minute, 30)}, 0, false, 4 * time.Minute},
+		{"failed under an older spec", 0, "a", backupStatus{Failure: fail(5*time.Second, 2)}, 1, true, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -158,16 +158,28 @@ func TestBackupDue(t *testing.T) {
 }
 
 // The status a watch delivers late never undoes what the schedule knows.
-func TestBackupStateMerge(t *testing.T) {
-	st := backupState{Last: &backupRecord{Time: "2026-12-04T12:00:00Z", Key: "new"}}
-	st.merge(json.RawMessage(`{"lastBackup":{"time":"2026-12-04T11:00:00Z","key":"old"},"backupFailure":{"time":"2026-12-04T10:00:00Z","attempts":3}}`))
+func TestBackupStatusMerge(t *testing.T) {
+	st := backupStatus{Last: &backupRecord{Time: "2026-12-04T12:00:00Z", Key: "new"}}
+	st.merge(backupOf(`{"phase":"Running","lastBackup":{"time":"2026-12-04T11:00:00Z","key":"old"},"backupFailure":{"time":"2026-12-04T10:00:00Z","attempts":3}}`))
 	if st.Last.Key != "new" || st.failing() != nil {
 		t.Errorf("after an older status: %+v, failing %+v", st.Last, st.failing())
 	}
-	st.merge(json.RawMessage(`{"lastBackup":{"time":"2026-12-04T13:00:00Z","key":"newer"}}`))
+	st.merge(backupOf(`{"members":["a foreign status"],"lastBackup":{"time":"2026-12-04T13:00:00Z","key":"newer"}}`))
 	if st.Last.Key != "newer" {
 		t.Errorf("after a newer status: %+v", st.Last)
 	}
+}
+
+// backupSpecOf is spec.backup as parseSpec reads it.
+func backupSpecOf(raw json.RawMessage) (*backupSpec, error) {
+	spec, _ := parseSpec(raw)
+	return spec.Backup, spec.BackupErr
+}
+
+// backupOf is the backup schedule's part of a status.
+func backupOf(status string) backupStatus {
+	_, st := readStatus(json.RawMessage(status))
+	return st
 }
 
 // backupAPI is an API server for backups: the Secrets, a cluster's member
@@ -275,7 +287,7 @@ func TestBackupCluster(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			a, objs := newBackupAPI(t, data), s3test.New(t, "bkt")
 			ec := exampleCluster(t, objs.URL, tt.backup)
-			spec, err := parseBackupSpec(ec.Spec)
+			spec, err := backupSpecOf(ec.Spec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -358,7 +370,7 @@ func TestBackupClusterFaults(t *testing.T) {
 			a, objs := newBackupAPI(t, data), s3test.New(t, "bkt")
 			tt.change(a, objs)
 			ec := exampleCluster(t, objs.URL, tt.backup)
-			spec, err := parseBackupSpec(ec.Spec)
+			spec, err := backupSpecOf(ec.Spec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -382,7 +394,7 @@ func TestBackupUnreachableEndpoint(t *testing.T) {
 	dead := httptest.NewServer(http.NotFoundHandler())
 	dead.Close()
 	ec := exampleCluster(t, dead.URL, "")
-	spec, _ := parseBackupSpec(ec.Spec)
+	spec, _ := backupSpecOf(ec.Spec)
 	_, err := backupController(a).backupCluster(context.Background(), ec, spec)
 	if err == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("error %v, want connection refused", err)
@@ -395,7 +407,7 @@ func TestBackupUnreachableEndpoint(t *testing.T) {
 func TestBackupStepOnDemand(t *testing.T) {
 	a, objs := newBackupAPI(t, snapshottest.Data(5000)), s3test.New(t, "bkt")
 	b := newBackups(context.Background(), backupController(a))
-	var st backupState
+	var st backupStatus
 	for i, token := range []string{"1", "2", "3"} {
 		rev := fmt.Sprint(100 + i) // distinct keys, even within one second
 		a.revisions = map[string]string{"example-0": rev, "example-1": rev}
@@ -424,7 +436,7 @@ func TestBackupStepFailure(t *testing.T) {
 	a, objs := newBackupAPI(t, snapshottest.Data(5000)), s3test.New(t, "bkt")
 	objs.RemoveBucket("bkt")
 	b := newBackups(context.Background(), backupController(a))
-	var st backupState
+	var st backupStatus
 	ec := exampleCluster(t, objs.URL, `,"schedule":"1h"`)
 	for attempt := 1; attempt <= 2; attempt++ {
 		b.step(context.Background(), ec, &st)

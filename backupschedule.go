@@ -24,11 +24,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"net/http"
-	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -62,7 +58,7 @@ func newBackups(ctx context.Context, c *controller) *backups {
 // when spec.backup appears and stops when it goes or the cluster is
 // deleted. The control loop calls it for every cluster event.
 func (b *backups) update(ec *EtcdCluster) {
-	if ec.Metadata.DeletionTimestamp != "" || !hasBackup(ec.Spec) {
+	if spec, _ := parseSpec(ec.Spec); ec.Metadata.DeletionTimestamp != "" || spec.Backup == nil && spec.BackupErr == nil {
 		b.remove(ec)
 		return
 	}
@@ -107,33 +103,9 @@ func (b *backups) stop() {
 	b.wg.Wait()
 }
 
-// hasBackup reports whether a spec has spec.backup; most have not, and
-// tell at a glance.
-func hasBackup(spec json.RawMessage) bool {
-	if !bytes.Contains(spec, []byte(`"backup"`)) {
-		return false
-	}
-	var s struct {
-		Backup json.RawMessage `json:"backup"`
-	}
-	return json.Unmarshal(spec, &s) == nil && len(s.Backup) > 0 && string(s.Backup) != "null"
-}
-
-// backupState is the part of the status the schedule reads and writes.
-type backupState struct {
-	Last    *backupRecord  `json:"lastBackup"`
-	Failure *backupFailure `json:"backupFailure"`
-	// specError is the spec.backup error last reported, not to repeat it.
-	specError string
-}
-
 // merge takes from a status what is newer than what the schedule knows:
 // the watch may deliver an object older than the schedule's own writes.
-func (s *backupState) merge(status json.RawMessage) {
-	var st backupState
-	if json.Unmarshal(status, &st) != nil {
-		return
-	}
+func (s *backupStatus) merge(st backupStatus) {
 	if st.Last != nil && (s.Last == nil || parseTime(st.Last.Time).After(parseTime(s.Last.Time))) {
 		s.Last = st.Last
 	}
@@ -143,7 +115,7 @@ func (s *backupState) merge(status json.RawMessage) {
 }
 
 // failing reports the failure that is newer than the last success, if any.
-func (s *backupState) failing() *backupFailure {
+func (s *backupStatus) failing() *backupFailure {
 	if s.Failure == nil || s.Last != nil && !parseTime(s.Failure.Time).After(parseTime(s.Last.Time)) {
 		return nil
 	}
@@ -163,7 +135,7 @@ func backupRetryDelay(attempts int) time.Duration {
 // backupDue says whether a backup is due at now for the spec of the
 // given generation, and if not how long until one is (0: none is asked
 // for). A failure under the same generation delays the next try.
-func backupDue(spec *backupSpec, st *backupState, generation int64, now time.Time) (bool, time.Duration) {
+func backupDue(spec *backupSpec, st *backupStatus, generation int64, now time.Time) (bool, time.Duration) {
 	var at time.Time // zero: at once
 	asked := spec.Now != "" && (st.Last == nil || st.Last.Now != spec.Now)
 	if spec.interval > 0 {
@@ -193,7 +165,7 @@ func backupDue(spec *backupSpec, st *backupState, generation int64, now time.Tim
 // run is one cluster's schedule: wait for news or for the next backup.
 func (b *backups) run(ctx context.Context, j *backupJob) {
 	var ec *EtcdCluster
-	var st backupState
+	var st backupStatus
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -202,7 +174,8 @@ func (b *backups) run(ctx context.Context, j *backupJob) {
 		case <-ctx.Done():
 			return
 		case ec = <-j.latest:
-			st.merge(ec.Status)
+			_, latest := readStatus(ec.Status)
+			st.merge(latest)
 		case <-timer.C:
 		}
 		if wait, ok := b.step(ctx, ec, &st); ok {
@@ -213,8 +186,9 @@ func (b *backups) run(ctx context.Context, j *backupJob) {
 
 // step makes a backup if one is due, and says when to look again (ok
 // false: only when the object changes).
-func (b *backups) step(ctx context.Context, ec *EtcdCluster, st *backupState) (time.Duration, bool) {
-	spec, err := parseBackupSpec(ec.Spec)
+func (b *backups) step(ctx context.Context, ec *EtcdCluster, st *backupStatus) (time.Duration, bool) {
+	all, _ := parseSpec(ec.Spec)
+	spec, err := all.Backup, all.BackupErr
 	if spec == nil && err == nil {
 		return 0, false // spec.backup is gone; update stops this schedule
 	}
@@ -247,7 +221,7 @@ func (b *backups) step(ctx context.Context, ec *EtcdCluster, st *backupState) (t
 	return 0, true // look again at once: another may be due
 }
 
-func (b *backups) succeeded(ctx context.Context, ec *EtcdCluster, spec *backupSpec, st *backupState, rec backupRecord) {
+func (b *backups) succeeded(ctx context.Context, ec *EtcdCluster, spec *backupSpec, st *backupStatus, rec backupRecord) {
 	st.Last, st.Failure = &rec, nil
 	b.c.log.Info("backup made", "cluster", ec.key(), "key", rec.Key, "size", rec.Size, "revision", rec.Revision, "duration", rec.Duration)
 	b.c.events.record(ec, eventNormal, "BackedUp", "backup "+spec.S3.Bucket+"/"+rec.Key+" of revision "+strconv.FormatInt(rec.Revision, 10)+": "+strconv.FormatInt(rec.Size, 10)+" bytes in "+rec.Duration)
@@ -266,7 +240,7 @@ func (b *backups) succeeded(ctx context.Context, ec *EtcdCluster, spec *backupSp
 	}
 }
 
-func (b *backups) failed(ctx context.Context, ec *EtcdCluster, st *backupState, err error) {
+func (b *backups) failed(ctx context.Context, ec *EtcdCluster, st *backupStatus, err error) {
 	attempts := 1
 	if f := st.failing(); f != nil && f.Generation == ec.Metadata.Generation {
 		attempts = f.Attempts + 1
@@ -277,10 +251,9 @@ func (b *backups) failed(ctx context.Context, ec *EtcdCluster, st *backupState, 
 	b.writeStatus(ctx, ec, map[string]any{"backupFailure": st.Failure})
 }
 
-// writeStatus merge-patches the given status fields, and only those.
+// writeStatus records the backup's fields in the status (patchStatus).
 func (b *backups) writeStatus(ctx context.Context, ec *EtcdCluster, fields map[string]any) {
-	p := clustersPath(ec.Metadata.Namespace) + "/" + url.PathEscape(ec.Metadata.Name) + "/status"
-	if _, err := b.c.client.Do(ctx, http.MethodPatch, p, mustJSON(map[string]any{"status": fields}), "application/merge-patch+json"); err != nil {
+	if err := b.c.patchStatus(ctx, ec, fields); err != nil {
 		b.c.log.Warn("recording the backup in the status failed", "cluster", ec.key(), "err", err)
 	}
 }

@@ -75,10 +75,16 @@ type clusterSpec struct {
 	Version string
 	Storage storageSpec
 	Restore *restoreSpec // restore.go
+	// Backup is spec.backup (backup.go), nil without one. It is read apart
+	// from the rest, and BackupErr says why it cannot be: a cluster whose
+	// spec.backup is wrong still runs, and the schedule reports the error.
+	Backup    *backupSpec
+	BackupErr error
 }
 
-// parseSpec decodes and validates a spec. Its errors name the field, since
-// they end up in the EtcdCluster's status where the user reads them.
+// parseSpec decodes and validates a spec, spec.backup included: the one
+// place a spec is read. Its errors name the field, since they end up in
+// the EtcdCluster's status where the user reads them.
 func parseSpec(raw json.RawMessage) (clusterSpec, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return clusterSpec{}, errors.New("spec is missing")
@@ -88,36 +94,46 @@ func parseSpec(raw json.RawMessage) (clusterSpec, error) {
 		Version json.RawMessage `json:"version"`
 		Storage json.RawMessage `json:"storage"`
 		Restore json.RawMessage `json:"restore"`
+		Backup  json.RawMessage `json:"backup"`
 	}
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return clusterSpec{}, fmt.Errorf("spec must be an object, not %s", excerpt(raw))
 	}
-	if len(s.Size) == 0 || string(s.Size) == "null" {
-		return clusterSpec{}, errors.New("spec.size is missing")
+	var spec clusterSpec
+	err := spec.parseMembers(s.Size, s.Version)
+	if err == nil {
+		spec.Storage, err = parseStorage(s.Storage)
+	}
+	if err == nil {
+		spec.Restore, err = parseRestore(s.Restore)
+	}
+	if err != nil {
+		spec = clusterSpec{} // nothing half-read reaches decide
+	}
+	spec.Backup, spec.BackupErr = parseBackup(s.Backup)
+	return spec, err
+}
+
+// parseMembers reads spec.size and spec.version.
+func (spec *clusterSpec) parseMembers(size, version json.RawMessage) error {
+	if len(size) == 0 || string(size) == "null" {
+		return errors.New("spec.size is missing")
 	}
 	// A JSON integer is also a Go integer literal; 3.0, "3" and 1e1 are not.
-	size, err := strconv.Atoi(string(s.Size))
-	if err != nil || size < minSize || size > maxSize {
-		return clusterSpec{}, fmt.Errorf("spec.size must be a whole number from %d to %d, not %s", minSize, maxSize, excerpt(s.Size))
+	n, err := strconv.Atoi(string(size))
+	if err != nil || n < minSize || n > maxSize {
+		return fmt.Errorf("spec.size must be a whole number from %d to %d, not %s", minSize, maxSize, excerpt(size))
 	}
-	version := defaultVersion
-	if len(s.Version) > 0 && string(s.Version) != "null" {
-		if err := json.Unmarshal(s.Version, &version); err != nil {
-			return clusterSpec{}, fmt.Errorf("spec.version must be a string, not %s", excerpt(s.Version))
+	spec.Size, spec.Version = n, defaultVersion
+	if len(version) > 0 && string(version) != "null" {
+		if err := json.Unmarshal(version, &spec.Version); err != nil {
+			return fmt.Errorf("spec.version must be a string, not %s", excerpt(version))
 		}
-		if !imageTag.MatchString(version) {
-			return clusterSpec{}, fmt.Errorf("spec.version %s is not a valid image tag (for example %s)", excerpt(s.Version), defaultVersion)
+		if !imageTag.MatchString(spec.Version) {
+			return fmt.Errorf("spec.version %s is not a valid image tag (for example %s)", excerpt(version), defaultVersion)
 		}
 	}
-	storage, err := parseStorage(s.Storage)
-	if err != nil {
-		return clusterSpec{}, err
-	}
-	restore, err := parseRestore(s.Restore)
-	if err != nil {
-		return clusterSpec{}, err
-	}
-	return clusterSpec{Size: size, Version: version, Storage: storage, Restore: restore}, nil
+	return nil
 }
 
 // excerpt quotes at most 40 bytes of a user's JSON value for a message.
@@ -172,15 +188,6 @@ type clusterPlan struct {
 	OperatorImage string
 	owner         ownerReference
 	namespace     string
-}
-
-type ownerReference struct {
-	APIVersion         string `json:"apiVersion"`
-	Kind               string `json:"kind"`
-	Name               string `json:"name"`
-	UID                string `json:"uid"`
-	Controller         bool   `json:"controller"`
-	BlockOwnerDeletion bool   `json:"blockOwnerDeletion"`
 }
 
 func newClusterPlan(meta objectMeta, image string) clusterPlan {

@@ -36,82 +36,6 @@ import (
 // cut off must not hold up the pass that reports it.
 const etcdTimeout = 3 * time.Second
 
-// pod is the part of a core/v1 Pod the operator reads.
-type pod struct {
-	Metadata struct {
-		Name              string           `json:"name"`
-		Namespace         string           `json:"namespace"`
-		ResourceVersion   string           `json:"resourceVersion"`
-		DeletionTimestamp string           `json:"deletionTimestamp"`
-		OwnerReferences   []ownerReference `json:"ownerReferences"`
-	} `json:"metadata"`
-	Spec struct {
-		Containers []struct {
-			Name    string   `json:"name"`
-			Image   string   `json:"image"`
-			Command []string `json:"command"`
-		} `json:"containers"`
-		Volumes []struct {
-			Name                  string `json:"name"`
-			PersistentVolumeClaim *struct {
-				ClaimName string `json:"claimName"`
-			} `json:"persistentVolumeClaim"`
-		} `json:"volumes"`
-	} `json:"spec"`
-	Status struct {
-		Phase      string `json:"phase"`
-		PodIP      string `json:"podIP"`
-		Conditions []struct {
-			Type   string `json:"type"`
-			Status string `json:"status"`
-		} `json:"conditions"`
-		ContainerStatuses []struct {
-			Name  string `json:"name"`
-			State struct {
-				Waiting *struct {
-					Reason  string `json:"reason"`
-					Message string `json:"message"`
-				} `json:"waiting"`
-			} `json:"state"`
-			LastState struct {
-				Terminated *struct {
-					Message string `json:"message"`
-				} `json:"terminated"`
-			} `json:"lastState"`
-		} `json:"containerStatuses"`
-		InitContainerStatuses []struct {
-			Name  string `json:"name"`
-			State struct {
-				Waiting *struct {
-					Reason string `json:"reason"`
-				} `json:"waiting"`
-			} `json:"state"`
-		} `json:"initContainerStatuses"`
-	} `json:"status"`
-}
-
-func (p *pod) ready() bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == "Ready" {
-			return c.Status == "True"
-		}
-	}
-	return false
-}
-
-// owner is the name of the EtcdCluster that controls the Pod, if any.
-func (p *pod) owner() (name, uid string) { return ownerOf(p.Metadata.OwnerReferences) }
-
-// ownerOf is the EtcdCluster among an object's controlling owners, if any.
-func ownerOf(refs []ownerReference) (name, uid string) {
-	for _, o := range refs {
-		if o.Controller && o.Kind == kind && strings.HasPrefix(o.APIVersion, group+"/") {
-			return o.Name, o.UID
-		}
-	}
-	return "", ""
-}
-
 // overdue is how long after the end of its grace period a Pod that is
 // still there counts as stuck: its kubelet is gone (a lost node), and
 // nothing will finish the deletion until someone removes the Node.
@@ -205,19 +129,6 @@ func decodePodEvent(raw json.RawMessage) (ownedEvent, string, error) {
 	cluster, uid := p.owner()
 	return ownedEvent{Namespace: p.Metadata.Namespace, Name: p.Metadata.Name, Cluster: cluster, OwnerUID: uid, Pod: p.cached()}, p.Metadata.ResourceVersion, nil
 }
-
-// service is the part of a core/v1 Service the operator reads.
-type service struct {
-	Metadata struct {
-		Name            string           `json:"name"`
-		Namespace       string           `json:"namespace"`
-		ResourceVersion string           `json:"resourceVersion"`
-		OwnerReferences []ownerReference `json:"ownerReferences"`
-	} `json:"metadata"`
-}
-
-// owner is the EtcdCluster that controls the Service, if any.
-func (s *service) owner() (name, uid string) { return ownerOf(s.Metadata.OwnerReferences) }
 
 // decodeServiceEvent is the Service watcher's decode function.
 func decodeServiceEvent(raw json.RawMessage) (ownedEvent, string, error) {

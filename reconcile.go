@@ -146,7 +146,7 @@ func (c *controller) report(ctx context.Context, ec *EtcdCluster, prev, st clust
 	st.stampTransitions(time.Now())
 	var err error
 	if !jsonEqual(prev, st) {
-		err = c.setStatus(ctx, ec, st)
+		err = c.patchStatus(ctx, ec, st)
 	}
 	if failure != nil {
 		return failure

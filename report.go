@@ -20,7 +20,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -38,83 +37,13 @@ const (
 	eventWarning = "Warning"
 )
 
-// clusterStatus is the EtcdCluster's status, by the API conventions: a
-// phase for people, conditions for tools (`kubectl wait
-// --for=condition=Available`), and observedGeneration to say which spec it
-// describes. No omitempty: in a JSON merge patch an absent field keeps its
-// old value, and null removes it.
-type clusterStatus struct {
-	Phase          string         `json:"phase"`
-	Message        string         `json:"message"`
-	Ready          string         `json:"ready"` // "2/3", for the READY column
-	ReadyMembers   int            `json:"readyMembers"`
-	Members        []memberStatus `json:"members"`
-	ClusterID      string         `json:"clusterID"`
-	CurrentVersion string         `json:"currentVersion"`
-	Conditions     []condition    `json:"conditions"`
-	// ObservedGeneration is the metadata.generation this status describes.
-	ObservedGeneration int64 `json:"observedGeneration"`
-	// Restore is the backup a restored cluster started from (restore.go).
-	Restore *restoreRecord `json:"restore"`
-}
-
-type memberStatus struct {
-	Name    string `json:"name"`
-	ID      string `json:"id,omitempty"` // etcd's member ID, in hex as etcdctl prints it
-	Ready   bool   `json:"ready"`
-	Leader  bool   `json:"leader,omitempty"`
-	Learner bool   `json:"learner,omitempty"`
-	Version string `json:"version,omitempty"`
-}
-
-type condition struct {
-	Type               string `json:"type"`
-	Status             string `json:"status"` // True, False or Unknown
-	Reason             string `json:"reason"`
-	Message            string `json:"message"`
-	LastTransitionTime string `json:"lastTransitionTime"`
-	ObservedGeneration int64  `json:"observedGeneration"`
-}
-
-func (ec *EtcdCluster) status() clusterStatus {
-	var st clusterStatus
-	if json.Unmarshal(ec.Status, &st) != nil {
-		// A foreign status (an older operator's members: ["name"]) keeps
-		// what it can say.
-		var old struct {
-			Phase              string `json:"phase"`
-			ObservedGeneration int64  `json:"observedGeneration"`
-		}
-		_ = json.Unmarshal(ec.Status, &old)
-		return clusterStatus{Phase: old.Phase, ObservedGeneration: old.ObservedGeneration}
-	}
-	return st
-}
-
-// condition returns the condition of the given type, if present.
-func (st clusterStatus) condition(typ string) (condition, bool) {
-	for _, c := range st.Conditions {
-		if c.Type == typ {
-			return c, true
-		}
-	}
-	return condition{}, false
-}
-
-// stampTransitions sets lastTransitionTime on conditions that changed.
-func (st *clusterStatus) stampTransitions(now time.Time) {
-	for i := range st.Conditions {
-		if st.Conditions[i].LastTransitionTime == "" {
-			st.Conditions[i].LastTransitionTime = now.UTC().Format(time.RFC3339)
-		}
-	}
-}
-
-// setStatus writes the status subresource with a JSON merge patch, which
-// needs no resourceVersion and touches only the fields it names.
-func (c *controller) setStatus(ctx context.Context, ec *EtcdCluster, st clusterStatus) error {
+// patchStatus is the one writer of the status subresource: a JSON merge
+// patch, which needs no resourceVersion and touches only the fields it
+// names. The passes write a clusterStatus, the backup schedule its own
+// two fields (backupStatus), and neither overwrites the other's.
+func (c *controller) patchStatus(ctx context.Context, ec *EtcdCluster, fields any) error {
 	path := clustersPath(ec.Metadata.Namespace) + "/" + url.PathEscape(ec.Metadata.Name) + "/status"
-	body := mustJSON(map[string]any{"status": st})
+	body := mustJSON(map[string]any{"status": fields})
 	if _, err := c.client.Do(ctx, http.MethodPatch, path, body, "application/merge-patch+json"); err != nil {
 		return fmt.Errorf("update status of %s: %w", ec.key(), err)
 	}

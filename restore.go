@@ -66,15 +66,6 @@ type restoreSpec struct {
 	EncryptionKeySecret string `json:"encryptionKeySecret"`
 }
 
-// restoreRecord is status.restore: the backup a cluster was restored from,
-// once the operator read all of it and found it good.
-type restoreRecord struct {
-	Key      string `json:"key"`
-	SHA256   string `json:"sha256"` // of the object
-	Size     int64  `json:"size"`   // of the snapshot etcdutl restores
-	Verified string `json:"verified"`
-}
-
 // restoreCheck is what a pass found when it read the backup.
 type restoreCheck struct {
 	Record restoreRecord

@@ -48,7 +48,7 @@ func makeBackup(t *testing.T, data []byte, backup string) (*backupAPI, *s3test.S
 	t.Helper()
 	a, objs := newBackupAPI(t, data), s3test.New(t, "bkt")
 	ec := exampleCluster(t, objs.URL, backup)
-	spec, err := parseBackupSpec(ec.Spec)
+	spec, err := backupSpecOf(ec.Spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -122,27 +122,6 @@ type claimView struct {
 	Size     string // requested: spec.resources.requests.storage
 }
 
-// claim is the part of a PersistentVolumeClaim the operator reads.
-type claim struct {
-	Metadata struct {
-		Name              string           `json:"name"`
-		Namespace         string           `json:"namespace"`
-		ResourceVersion   string           `json:"resourceVersion"`
-		DeletionTimestamp string           `json:"deletionTimestamp"`
-		OwnerReferences   []ownerReference `json:"ownerReferences"`
-	} `json:"metadata"`
-	Spec struct {
-		Resources struct {
-			Requests struct {
-				Storage string `json:"storage"`
-			} `json:"requests"`
-		} `json:"resources"`
-	} `json:"spec"`
-	Status struct {
-		Phase string `json:"phase"`
-	} `json:"status"`
-}
-
 func (c *claim) cached() *cachedClaim {
 	_, uid := ownerOf(c.Metadata.OwnerReferences)
 	return &cachedClaim{claimView: claimView{Name: c.Metadata.Name, Deleting: c.Metadata.DeletionTimestamp != "", Phase: c.Status.Phase,

@@ -34,33 +34,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/etcd-operator/etcd-operator/internal/backoff"
 	"github.com/etcd-operator/etcd-operator/internal/kube"
 )
-
-// EtcdCluster is the custom resource that examples/crd.yaml defines. Spec is
-// kept raw so that a malformed spec is reported by the control loop (which
-// can name the object and the field) instead of breaking the stream.
-type EtcdCluster struct {
-	APIVersion string          `json:"apiVersion"`
-	Kind       string          `json:"kind"`
-	Metadata   objectMeta      `json:"metadata"`
-	Spec       json.RawMessage `json:"spec"`
-	Status     json.RawMessage `json:"status,omitempty"`
-}
-
-type objectMeta struct {
-	Name            string `json:"name"`
-	Namespace       string `json:"namespace,omitempty"`
-	UID             string `json:"uid,omitempty"`
-	ResourceVersion string `json:"resourceVersion,omitempty"`
-	Generation      int64  `json:"generation,omitempty"`
-	// DeletionTimestamp is set once the object is being deleted.
-	DeletionTimestamp string            `json:"deletionTimestamp,omitempty"`
-	Annotations       map[string]string `json:"annotations,omitempty"`
-}
-
-// key names a cluster in logs and in the control loop's bookkeeping.
-func (ec *EtcdCluster) key() string { return ec.Metadata.Namespace + "/" + ec.Metadata.Name }
 
 // event is what a watcher hands to the control loop.
 type event[T any] struct {
@@ -111,7 +87,7 @@ func clustersPath(namespace string) string {
 // up: every failure is logged and retried after a capped, jittered backoff.
 func (w *watcher[T]) run(ctx context.Context, events chan<- event[T]) {
 	defer close(events)
-	retry := backoff{min: 500 * time.Millisecond, max: 30 * time.Second}
+	retry := backoff.Backoff{Min: 500 * time.Millisecond, Max: 30 * time.Second}
 	rv := ""
 	for ctx.Err() == nil {
 		if rv == "" {
@@ -119,7 +95,7 @@ func (w *watcher[T]) run(ctx context.Context, events chan<- event[T]) {
 			if rv, err = w.list(ctx, events); err != nil {
 				if ctx.Err() == nil {
 					w.log.Error("list failed; retrying", "path", w.path, "err", err, "hint", listHint(w.resource(), err))
-					retry.wait(ctx)
+					retry.Wait(ctx)
 				}
 				continue
 			}
@@ -144,9 +120,9 @@ func (w *watcher[T]) run(ctx context.Context, events chan<- event[T]) {
 		}
 		rv = next
 		if healthy {
-			retry.reset()
+			retry.Reset()
 		} else {
-			retry.wait(ctx)
+			retry.Wait(ctx)
 		}
 	}
 }
@@ -364,37 +340,4 @@ func (s *stallReader) Read(p []byte) (int, error) {
 		s.timer.Reset(s.d)
 	}
 	return n, err
-}
-
-// backoff is capped exponential backoff with jitter.
-type backoff struct {
-	min, max time.Duration
-	next     time.Duration
-}
-
-func (b *backoff) reset() { b.next = 0 }
-
-// delay returns the next wait: each one doubles up to max, and is drawn at
-// random from its upper half so that many clients do not retry in step.
-func (b *backoff) delay() time.Duration {
-	if b.next == 0 {
-		b.next = b.min
-	}
-	d := b.next
-	b.next = min(2*b.next, b.max)
-	return d/2 + rand.N(d/2+1)
-}
-
-func (b *backoff) wait(ctx context.Context) { sleep(ctx, b.delay()) }
-
-// sleep waits for d or until ctx ends, and says whether the whole d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
