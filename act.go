@@ -43,7 +43,7 @@ func (c *controller) act(ctx context.Context, s step) (outcome, error) {
 		if err := c.delete(ctx, log, s.Namespace, s.Delete, s.Member); err != nil {
 			return stepDone, err
 		}
-		c.cache.expect(s.Namespace, s.Cluster, s.Delete, s.Member, pendingWrite{gone: true})
+		c.cache.awaitWrite(s.Namespace, s.Cluster, s.Delete, s.Member, pendingWrite{gone: true})
 		return stepDone, nil
 	case s.Patch != nil:
 		if _, err := c.client.Do(ctx, http.MethodPatch, s.Patch.Path, s.Patch.Body, s.Patch.ContentType); err != nil {
@@ -51,9 +51,9 @@ func (c *controller) act(ctx context.Context, s step) (outcome, error) {
 		}
 		switch s.Action {
 		case actUpgrade:
-			c.cache.expect(s.Namespace, s.Cluster, "pods", s.Member, pendingWrite{uid: s.Owner, image: s.Image})
+			c.cache.awaitWrite(s.Namespace, s.Cluster, "pods", s.Member, pendingWrite{uid: s.Owner, image: s.Image})
 		case actExpandVolume:
-			c.cache.expect(s.Namespace, s.Cluster, "persistentvolumeclaims", s.Member, pendingWrite{uid: s.Owner, size: s.Size})
+			c.cache.awaitWrite(s.Namespace, s.Cluster, "persistentvolumeclaims", s.Member, pendingWrite{uid: s.Owner, size: s.Size})
 		}
 		log.Info(patched[s.Action], "member", s.Member, "image", s.Image)
 		return stepDone, nil
@@ -70,7 +70,7 @@ func (c *controller) createAll(ctx context.Context, log *slog.Logger, s step) (o
 		if err != nil {
 			return stepDone, err
 		}
-		c.cache.expect(s.Namespace, s.Cluster, o.Resource, o.Name, pendingWrite{uid: s.Owner})
+		c.cache.awaitWrite(s.Namespace, s.Cluster, o.Resource, o.Name, pendingWrite{uid: s.Owner})
 		if created {
 			out = stepDone
 		}

@@ -10,10 +10,10 @@
 //     each listed once. After a restart the cache starts empty, and an empty
 //     cache would look like a cluster without members.
 //   - A pass never decides from a cache older than the operator's own last
-//     write to that cluster. Each create, delete or image change records
-//     what the watch must show next (an "expectation", as client-go's
-//     controllers keep them); a pass waits until the watch has shown it,
-//     and lists instead when it has not within cacheLag.
+//     write to that cluster. Each create, delete, image change or larger
+//     claim records what the watch must show next (awaitWrite; client-go's
+//     controllers call these expectations); a pass waits until the watch
+//     has shown it, and lists instead when it has not within cacheLag.
 //
 // The cache is written by the control loop alone (loop.go), in the order
 // the events came, and read by the workers.
@@ -62,7 +62,7 @@ type owned struct {
 	pods   map[string]*cachedPod
 	svcs   map[string]*cachedService
 	claims map[string]*cachedClaim
-	expect map[string]pendingWrite // by "pods/NAME" or "services/NAME"
+	writes map[string]pendingWrite // awaited, by "pods/NAME" or "services/NAME"
 }
 
 // pendingWrite is what the watch must show of an object after the
@@ -119,7 +119,8 @@ func (c *cache) ownedBy(key string) *owned {
 	return o
 }
 
-// apply records one event of resource ("pods" or "services"), and reports
+// apply records one event of resource ("pods", "services" or
+// "persistentvolumeclaims"), and reports
 // whether it showed a write of the operator's own that a pass awaited.
 func (c *cache) apply(resource string, ev event[ownedEvent]) (awaited bool) {
 	c.mu.Lock()
@@ -177,8 +178,8 @@ func (c *cache) apply(resource string, ev event[ownedEvent]) (awaited bool) {
 		}
 		o.svcs[e.Name] = &cachedService{OwnerUID: uid, epoch: epoch}
 	}
-	if x, ok := o.expect[resource+"/"+e.Name]; ok && c.shows(o, resource, e.Name, x) {
-		delete(o.expect, resource+"/"+e.Name)
+	if x, ok := o.writes[resource+"/"+e.Name]; ok && c.shows(o, resource, e.Name, x) {
+		delete(o.writes, resource+"/"+e.Name)
 		awaited = true
 	}
 	c.forgetEmpty(key, o)
@@ -205,10 +206,10 @@ func (c *cache) sweep(resource string) {
 				delete(o.claims, name)
 			}
 		}
-		for k, x := range o.expect {
+		for k, x := range o.writes {
 			res, name := splitKey(k)
 			if res == resource && c.shows(o, res, name, x) {
-				delete(o.expect, k)
+				delete(o.writes, k)
 			}
 		}
 		c.forgetEmpty(key, o)
@@ -216,12 +217,12 @@ func (c *cache) sweep(resource string) {
 }
 
 func (c *cache) forgetEmpty(key string, o *owned) {
-	if len(o.pods) == 0 && len(o.svcs) == 0 && len(o.claims) == 0 && len(o.expect) == 0 {
+	if len(o.pods) == 0 && len(o.svcs) == 0 && len(o.claims) == 0 && len(o.writes) == 0 {
 		delete(c.clusters, key)
 	}
 }
 
-// shows reports whether the cache shows what an expectation awaits.
+// shows reports whether the cache shows what an awaited write must.
 func (c *cache) shows(o *owned, resource, name string, x pendingWrite) bool {
 	switch resource {
 	case "services":
@@ -244,9 +245,9 @@ func (c *cache) shows(o *owned, resource, name string, x pendingWrite) bool {
 	return p != nil && p.OwnerUID == x.uid && (x.image == "" || p.Image == x.image)
 }
 
-// expect records the operator's own write: the watch must show it before
+// awaitWrite records the operator's own write: the watch must show it before
 // the cluster's next pass decides.
-func (c *cache) expect(ns, cluster, resource, name string, x pendingWrite) {
+func (c *cache) awaitWrite(ns, cluster, resource, name string, x pendingWrite) {
 	if c == nil {
 		return
 	}
@@ -254,14 +255,14 @@ func (c *cache) expect(ns, cluster, resource, name string, x pendingWrite) {
 	defer c.mu.Unlock()
 	o := c.ownedBy(ns + "/" + cluster)
 	if c.shows(o, resource, name, x) {
-		delete(o.expect, resource+"/"+name)
+		delete(o.writes, resource+"/"+name)
 		c.forgetEmpty(ns+"/"+cluster, o)
 		return
 	}
-	if o.expect == nil {
-		o.expect = map[string]pendingWrite{}
+	if o.writes == nil {
+		o.writes = map[string]pendingWrite{}
 	}
-	o.expect[resource+"/"+name] = x
+	o.writes[resource+"/"+name] = x
 }
 
 // objects returns the cluster's Pods and Services as the watches showed
@@ -275,7 +276,7 @@ func (c *cache) objects(ctx context.Context, ns, cluster, uid string, waiting fu
 	for {
 		c.mu.Lock()
 		o := c.clusters[key]
-		if c.synced() && (o == nil || len(o.expect) == 0) {
+		if c.synced() && (o == nil || len(o.writes) == 0) {
 			if o != nil {
 				for _, p := range o.pods {
 					if p.OwnerUID == uid {
@@ -312,16 +313,16 @@ func (c *cache) objects(ctx context.Context, ns, cluster, uid string, waiting fu
 	}
 }
 
-// settle drops the expectations of a cluster that a LIST has just
+// forgetWrites drops the awaited writes of a cluster that a LIST has just
 // answered: the list is newer than every write the pass made before it.
-func (c *cache) settle(ns, cluster string) {
+func (c *cache) forgetWrites(ns, cluster string) {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if o := c.clusters[ns+"/"+cluster]; o != nil {
-		o.expect = nil
+		o.writes = nil
 		c.forgetEmpty(ns+"/"+cluster, o)
 	}
 }
@@ -337,7 +338,7 @@ func (c *cache) ready(ns, cluster, name string) (ready, seen bool) {
 	if o == nil {
 		return false, false
 	}
-	if x, ok := o.expect["pods/"+name]; ok && !x.gone {
+	if x, ok := o.writes["pods/"+name]; ok && !x.gone {
 		return false, true
 	}
 	p, ok := o.pods[name]

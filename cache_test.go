@@ -37,7 +37,7 @@ func TestCacheObjects(t *testing.T) {
 	}
 	listed := mark("LISTED", "pods", "services", "persistentvolumeclaims")
 	expect := func(resource, name string, x pendingWrite) func(c *cache) {
-		return func(c *cache) { c.expect("ns", "example", resource, name, x) }
+		return func(c *cache) { c.awaitWrite("ns", "example", resource, name, x) }
 	}
 	for _, tc := range []struct {
 		name     string

@@ -1,10 +1,10 @@
 // Decide: what the cluster needs next, as a pure function.
 //
 // An operator is observe -> decide -> act. observe.go looks (the member
-// Pods and Services through the API server, etcd itself through the Pods'
-// proxy subresource) and act.go sends; this file only decides. decide takes
-// the EtcdCluster (its spec and the status last written) and what was
-// observed, and returns the status to report, the Events to record, and one
+// Pods, Services and PVCs from the watches' cache, etcd itself through the
+// Pods' proxy subresource) and act.go sends; this file only decides.
+// decide takes the EtcdCluster (its spec and the status last written) and
+// what was observed, and returns the status to report, the Events to record, and one
 // next step with every request it needs. It reads no clock and sends no
 // request, so a table test covers every rule, a simulation can drive it
 // through faults (sim_test.go), and a pass that dies after any request is
@@ -25,25 +25,22 @@
 //     member was removed is deleted.
 //
 // decide is a ladder: the first rule that has something to do decides.
-//
-//  0. invalidSpec: a spec that cannot be read changes nothing; nor does a
-//     cluster being deleted (beingDeleted).
-//  1. bootstrap: a cluster that never formed gets its Services, then Pods;
-//     one to restore only once its backup was read and found good
-//     (checkRestore, restore.go).
-//  2. needQuorum: without a leader and a healthy quorum, nothing changes.
-//  3. removeLeftovers: the Pod and the Service of a removed member.
-//  4. createClientService, if it is gone.
-//  5. learners: a member that joins (a learner) is started, promoted, or,
-//     if it cannot start, removed again; until then nothing else changes.
-//  6. replaceLostMembers: a voter whose Pod or data is gone is removed.
-//  7. resize: add a learner, or remove a member, towards spec.size.
-//  8. upgrade: one member at a time to spec.version, the leader last.
-//  9. steady: nothing to do; report health.
+// The lists in ladder and operate below are the ladder, in its order; each
+// rule's comment says what it does. In words: a spec that cannot be read
+// (invalidSpec) or a cluster being deleted (beingDeleted) changes nothing.
+// A cluster that never formed is bootstrapped (bootstrap; a restored one
+// only once its backup was found good, checkRestore in restore.go). Once
+// it formed: repairImages, restartOnVolumes (volumes.go), needQuorum,
+// removeLeftovers, createClientService, learners, replaceLostMembers,
+// resize, upgrade (upgrade.go) and expandVolumes (volumes.go), then steady
+// (conditions.go) when none has anything to do; markFormed records the
+// cluster ID the first time etcd gives one.
 //
 // Repair before resize, because a cluster one member short tolerates one
 // failure less; resize before upgrade, because a rolling upgrade of a
-// full-sized cluster never takes more than one member away.
+// full-sized cluster never takes more than one member away. Members back
+// on their volumes come before needQuorum, since they are how a cluster on
+// volumes gets its quorum back.
 package main
 
 import (
@@ -286,6 +283,8 @@ func newDecision(in input, obs observed) *decision {
 // cluster to the next rule.
 type rule func(d *decision) (step, bool)
 
+// ladder tries the rules in order; with operate's list below, it is the
+// one place their order is written.
 func (d *decision) ladder() step {
 	for _, r := range []rule{(*decision).invalidSpec, (*decision).beingDeleted} {
 		if s, ok := r(d); ok {
@@ -327,7 +326,8 @@ func (d *decision) operate() step {
 	return d.steady()
 }
 
-// 0. A spec that cannot be read changes nothing; the status says why.
+// invalidSpec: a spec that cannot be read changes nothing; the status says
+// why.
 func (d *decision) invalidSpec() (step, bool) {
 	in := d.in
 	if in.Invalid == "" {
@@ -344,9 +344,9 @@ func (d *decision) invalidSpec() (step, bool) {
 	return s, true
 }
 
-// 0. A cluster being deleted (a foreground deletion waits for the garbage
-// collector to remove its objects first) is left alone: repairing it would
-// fight the collector.
+// beingDeleted: a cluster being deleted (a foreground deletion waits for the
+// garbage collector to remove its objects first) is left alone: repairing it
+// would fight the collector.
 func (d *decision) beingDeleted() (step, bool) {
 	if !d.in.Deleting {
 		return step{}, false
@@ -375,9 +375,10 @@ func (d *decision) formed() bool {
 	return false
 }
 
-// 1. A cluster that never formed (no member has reported a cluster ID) is
-// created: every Service, then every Pod, with --initial-cluster-state=new.
-// Then the members are waited for until one answers.
+// bootstrap: a cluster that never formed (no member has reported a cluster
+// ID) is created: every Service, then every Pod, with
+// --initial-cluster-state=new. Then the members are waited for until one
+// answers.
 func (d *decision) bootstrap() step {
 	names := d.bootstrapMembers()
 	for _, m := range names {
@@ -523,10 +524,10 @@ func (d *decision) bootstrapMembers() []string {
 	return names
 }
 
-// 1b. The first time etcd answers with a cluster ID, it is recorded in the
-// EtcdCluster's annotations before any other step: from then on, whatever
-// happens to the status, the operator knows the cluster formed. The status
-// is what the rest of the ladder says.
+// markFormed: the first time etcd answers with a cluster ID, it is recorded
+// in the EtcdCluster's annotations before any other step: from then on,
+// whatever happens to the status, the operator knows the cluster formed. The
+// status is what the rest of the ladder says.
 func (d *decision) markFormed() (step, bool) {
 	id := d.obs.Etcd.ClusterID
 	if id == "" || id == d.in.FormedID {
@@ -537,11 +538,12 @@ func (d *decision) markFormed() (step, bool) {
 	return step{Action: actMarkFormed, Member: hexID(id), Patch: &patch{Path: path, ContentType: "application/merge-patch+json", Body: body}}, true
 }
 
-// 1c. A member that is down because the kubelet cannot run its image (a
-// version that does not pull, or that crashes where no member that answers
-// runs it) gets the image the cluster is to run, which is always one etcd
-// can move to from the cluster's version. Restarting a member that is down
-// costs nothing, so this needs no quorum: it may be what brings it back.
+// repairImages: a member that is down because the kubelet cannot run its
+// image (a version that does not pull, or that crashes where no member that
+// answers runs it) gets the image the cluster is to run, which is always one
+// etcd can move to from the cluster's version. Restarting a member that is
+// down costs nothing, so this needs no quorum: it may be what brings it
+// back.
 func (d *decision) repairImages() (step, bool) {
 	for _, p := range d.obs.Pods {
 		if p.Deleting || p.Image == d.target() || d.imageRuns(p.Image) || !neverPulled(&p) && p.Waiting != "CrashLoopBackOff" {
@@ -564,8 +566,8 @@ func (d *decision) imageRuns(image string) bool {
 	return false
 }
 
-// 2. Without a leader that lists the members and a healthy quorum of
-// voters, etcd accepts no membership change: nothing is changed.
+// needQuorum: without a leader that lists the members and a healthy quorum
+// of voters, etcd accepts no membership change: nothing is changed.
 func (d *decision) needQuorum() (step, bool) {
 	if d.obs.Etcd.Members == nil || !d.quorumOK() {
 		return d.unavailable(), true
@@ -573,7 +575,8 @@ func (d *decision) needQuorum() (step, bool) {
 	return step{}, false
 }
 
-// 3. The leftovers of a removed member: its Pod, then its Service.
+// removeLeftovers: the leftovers of a removed member: its Pod, then its
+// Service.
 func (d *decision) removeLeftovers() (step, bool) {
 	known := map[string]bool{}
 	for _, m := range d.obs.Etcd.Members {
@@ -596,7 +599,7 @@ func (d *decision) removeLeftovers() (step, bool) {
 	return d.staleClaim(known)
 }
 
-// 4. The client Service, if someone deleted it.
+// createClientService: the client Service, if someone deleted it.
 func (d *decision) createClientService() (step, bool) {
 	if d.svcs[d.clientService()] {
 		return step{}, false
@@ -606,9 +609,9 @@ func (d *decision) createClientService() (step, bool) {
 		step{Action: actCreateClient, Create: []object{{"services", d.clientService(), plan.clientService()}}}), true
 }
 
-// 5. A joining member: etcd knows it (added as a learner) and it has not
-// been promoted yet. It gets its Service and Pod, is promoted once it has
-// caught up, and is removed again, which is always safe for a learner,
+// learners: a joining member: etcd knows it (added as a learner) and it has
+// not been promoted yet. It gets its Service and Pod, is promoted once it
+// has caught up, and is removed again, which is always safe for a learner,
 // when it cannot get there: its Pod or data is gone, its Pod cannot run, or
 // the cluster is to shrink. Until then no other membership change is made,
 // so the --initial-cluster its Pod was created with stays true.
@@ -752,11 +755,12 @@ func (d *decision) startStep(m memberView) step {
 		News:   []notice{{eventNormal, reasonMemberCreated, fmt.Sprintf("created member %s (Pod and Service %s), joining as a learner", m.PeerHost, m.PeerHost)}}}
 }
 
-// 6. A voter that is lost for good is removed from etcd, if the voters left
-// keep a healthy quorum; resize then adds a fresh member. Lost: its Pod
-// is gone, Failed or being deleted (with emptyDir its data goes with it),
-// or etcd keeps exiting in a Pod whose image runs fine in another member
-// (its data was wiped: it came back under its old ID with nothing).
+// replaceLostMembers: a voter that is lost for good is removed from etcd, if
+// the voters left keep a healthy quorum; resize then adds a fresh member.
+// Lost: its Pod is gone, Failed or being deleted (with emptyDir its data
+// goes with it), or etcd keeps exiting in a Pod whose image runs fine in
+// another member (its data was wiped: it came back under its old ID with
+// nothing).
 //
 // A lost member whose removal would cost quorum (it still runs, and
 // another is down) waits; another lost member may be removed meanwhile,
@@ -838,8 +842,8 @@ func (d *decision) runsElsewhere(m memberView, image string) bool {
 	return false
 }
 
-// 7. Towards spec.size, one member at a time: a new member is added as a
-// learner under the lowest free name; a member removed is an unhealthy one
+// resize: towards spec.size, one member at a time: a new member is added as
+// a learner under the lowest free name; a member removed is an unhealthy one
 // first, else the highest name, and never one whose removal costs quorum.
 func (d *decision) resize() (step, bool) {
 	members, size := d.obs.Etcd.Members, d.in.Spec.Size

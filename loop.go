@@ -35,9 +35,9 @@ type controller struct {
 	// operatorImage is this operator's image: restored members run it.
 	operatorImage string
 	events        *recorder
-	// expect is, by cluster key, what its status says of its member Pods
+	// readiness is, by cluster key, what its status says of its member Pods
 	// (" +ready -unready").
-	expect map[string]string
+	readiness map[string]string
 	// cache holds what the Pod, Service and PVC watches said (cache.go); nil
 	// in a controller built by a test alone, which then lists.
 	cache *cache
@@ -76,7 +76,7 @@ func (c *controller) forgetDeleted(ec *EtcdCluster) {
 // whose Events wait for it to be idle. It returns when the watchers have
 // closed their channels and the workers have finished.
 func (c *controller) run(ctx context.Context, q *queue, clusters <-chan event[*EtcdCluster], pods, services, claims <-chan event[ownedEvent], synced <-chan struct{}, workers int) {
-	c.expect = map[string]string{}
+	c.readiness = map[string]string{}
 	c.backups = newBackups(ctx, c)
 	defer c.backups.stop()
 	var wg sync.WaitGroup
@@ -136,18 +136,18 @@ func (c *controller) clusterEvent(q *queue, ev event[*EtcdCluster], podsListed b
 	if ev.Type == "DELETED" {
 		c.forgetDeleted(ec)
 		c.backups.remove(ec)
-		delete(c.expect, ec.key())
-		c.cache.settle(ec.Metadata.Namespace, ec.Metadata.Name)
+		delete(c.readiness, ec.key())
+		c.cache.forgetWrites(ec.Metadata.Namespace, ec.Metadata.Name)
 		q.forget(ec)
 		c.log.Info("cluster deleted; the garbage collector removes its objects", "cluster", ec.key())
 		return
 	}
 	c.backups.update(ec)
 	st := ec.status()
-	c.expect[ec.key()] = expectation(st)
+	c.readiness[ec.key()] = readinessOf(st)
 	// A settled status that disagrees with the Pods (a Pod changed while
 	// the status write was on its way) gets a pass with a fresh read.
-	refresh := settled(ec) && disagrees(c.expect[ec.key()], c.readyIn(ec.Metadata.Namespace, ec.Metadata.Name), podsListed)
+	refresh := settled(ec) && disagrees(c.readiness[ec.key()], c.readyIn(ec.Metadata.Namespace, ec.Metadata.Name), podsListed)
 	q.add(item{cluster: ec, refresh: refresh})
 }
 
@@ -159,7 +159,7 @@ func (c *controller) podEvent(q *queue, ev event[ownedEvent]) {
 		return
 	}
 	ready := p.Pod.Ready && !p.Pod.Deleting
-	exp, known := c.expect[p.Namespace+"/"+p.Cluster]
+	exp, known := c.readiness[p.Namespace+"/"+p.Cluster]
 	if !podNews(exp, ev.Type, p.Name, ready) && !(known && ev.Type != "DELETED" && inTrouble(p.Pod)) {
 		return
 	}
@@ -174,7 +174,7 @@ func (c *controller) serviceEvent(q *queue, ev event[ownedEvent]) {
 	if ev.Type != "DELETED" || s.Cluster == "" {
 		return
 	}
-	if _, ok := c.expect[s.Namespace+"/"+s.Cluster]; !ok {
+	if _, ok := c.readiness[s.Namespace+"/"+s.Cluster]; !ok {
 		return
 	}
 	c.log.Debug("Service deleted; looking at its cluster", "service", s.Namespace+"/"+s.Name)
@@ -189,7 +189,7 @@ func (c *controller) claimEvent(q *queue, ev event[ownedEvent]) {
 	if cl.Cluster == "" || ev.Type != "DELETED" && (cl.Claim == nil || !cl.Claim.Deleting) {
 		return
 	}
-	if _, ok := c.expect[cl.Namespace+"/"+cl.Cluster]; !ok {
+	if _, ok := c.readiness[cl.Namespace+"/"+cl.Cluster]; !ok {
 		return
 	}
 	c.log.Debug("volume claim deleted; looking at its cluster", "claim", cl.Namespace+"/"+cl.Name, "event", ev.Type)
@@ -199,7 +199,7 @@ func (c *controller) claimEvent(q *queue, ev event[ownedEvent]) {
 // allPodsListed runs once every member Pod that exists is known: a cluster
 // whose status calls a Pod ready that is not (or gone) is looked at.
 func (c *controller) allPodsListed(q *queue) {
-	for key, exp := range c.expect {
+	for key, exp := range c.readiness {
 		ns, name, _ := strings.Cut(key, "/")
 		if disagrees(exp, c.readyIn(ns, name), true) {
 			q.add(item{cluster: &EtcdCluster{Metadata: objectMeta{Namespace: ns, Name: name}}, refresh: true})
@@ -212,8 +212,8 @@ func (c *controller) readyIn(ns, cluster string) func(name string) (ready, seen 
 	return func(name string) (bool, bool) { return c.cache.ready(ns, cluster, name) }
 }
 
-// expectation is what a status says of the member Pods: " +ready -unready".
-func expectation(st clusterStatus) string {
+// readinessOf is what a status says of the member Pods: " +ready -unready".
+func readinessOf(st clusterStatus) string {
 	var b strings.Builder
 	for _, m := range st.Members {
 		b.WriteString(map[bool]string{true: " +", false: " -"}[m.Ready])
@@ -237,12 +237,12 @@ func inTrouble(p *cachedPod) bool {
 }
 
 // podNews reports whether an event of member Pod name tells something the
-// status's expectation does not say. A Pod the status does not list counts
+// status's readiness does not say. A Pod the status does not list counts
 // as "not ready" there: a new Pod that is not ready yet tells nothing new
 // (the pass that created it wrote the status), so a burst of new clusters
 // costs no pass per Pod.
-func podNews(expect, typ, name string, ready bool) bool {
-	exp := expect + " "
+func podNews(readiness, typ, name string, ready bool) bool {
+	exp := readiness + " "
 	listed := strings.Contains(exp, " +"+name+" ") || strings.Contains(exp, " -"+name+" ")
 	if typ == "DELETED" {
 		return listed
@@ -251,12 +251,12 @@ func podNews(expect, typ, name string, ready bool) bool {
 	return !strings.Contains(exp, " "+mark+name+" ") && (listed || ready)
 }
 
-// disagrees reports whether any member in a status's expectation is
+// disagrees reports whether any member in a status's readiness is
 // called ready while its Pod is not, or the other way round, or has no Pod
 // at all (deleted while the operator was down). Until every Pod has been
 // listed (allSeen), only Pods seen so far count.
-func disagrees(expect string, ready func(name string) (ready, seen bool), allSeen bool) bool {
-	for _, m := range strings.Fields(expect) {
+func disagrees(readiness string, ready func(name string) (ready, seen bool), allSeen bool) bool {
+	for _, m := range strings.Fields(readiness) {
 		r, seen := ready(m[1:])
 		if seen && r != (m[0] == '+') || !seen && allSeen {
 			return true

@@ -62,7 +62,7 @@ func TestControlLoop(t *testing.T) {
 		{name: "the operator's own status, back before its new Pods' events", want: map[string]int{"example": 0}, run: func(t *testing.T, f *fakeAPI, l *loop) {
 			// The bootstrap created example-0 and listed it in the status;
 			// the Pod watch has not shown the Pod yet.
-			l.ctl.cache.expect("default", "example", "pods", "example-0", pendingWrite{uid: "uid-example"})
+			l.ctl.cache.awaitWrite("default", "example", "pods", "example-0", pendingWrite{uid: "uid-example"})
 			close(l.synced)
 			l.listed()
 			l.cluster("MODIFIED", "example", 1, settledStatus(1, "-example-0"))

@@ -11,9 +11,11 @@
 // three say in a cache (cache.go) and turns events into work; a worker takes a
 // cluster from the queue and runs a pass: observe what exists
 // (observe.go), decide the one next step (decide.go, a pure function), act
-// (act.go, with the objects of manifests.go) and report (report.go).
-// client.go is how it talks to the API server. This file reads the flags
-// and wires the pieces together.
+// (act.go, with the objects of manifests.go) and report (report.go). The
+// shapes they share are in types.go; backups run beside the passes
+// (backupschedule.go). Libraries that know nothing of the operator live
+// under internal/: kube is how it talks to the API server. This file reads
+// the flags and wires the pieces together.
 package main
 
 import (

@@ -170,7 +170,7 @@ func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base, known s
 		if pods, obs.Services, obs.Claims, err = c.list(ctx, ec, base); err != nil {
 			return obs, err
 		}
-		c.cache.settle(ns, ec.Metadata.Name)
+		c.cache.forgetWrites(ns, ec.Metadata.Name)
 	}
 	slices.SortFunc(pods, func(a, b cachedPod) int { return cmp.Compare(a.Name, b.Name) })
 	slices.Sort(obs.Services)

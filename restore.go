@@ -126,8 +126,9 @@ func (in input) needsRestoreCheck() bool {
 	return in.Spec.Restore != nil && in.Invalid == "" && in.FormedID == "" && in.Prev.ClusterID == "" && in.restoreChecked() == nil
 }
 
-// 1a. A cluster to restore creates nothing until its backup was read and
-// found good; a backup that cannot be read is said so, and read again.
+// checkRestore: a cluster to restore creates nothing until its backup was
+// read and found good; a backup that cannot be read is said so, and read
+// again.
 func (d *decision) checkRestore() (step, bool) {
 	r := d.in.Spec.Restore
 	if r == nil {

@@ -955,7 +955,7 @@ func (m *model) writeStatus(prev, st clusterStatus) error {
 	return nil
 }
 
-// failed reports a failed step as reconcile does, with status.go's failed:
+// failed reports a failed step as reconcile does, with conditions.go's failed:
 // the step's error in the status, Failed when it was refused rather than
 // not reached.
 func (m *model) failed(prev, st clusterStatus, err error) {

@@ -1,4 +1,4 @@
-// Upgrade: rung 10 of decide's ladder, a rolling upgrade in place.
+// Upgrade: a rule of decide's ladder, a rolling upgrade in place.
 //
 // A member is upgraded by changing the image of its Pod: the kubelet
 // restarts the container in the same Pod, with the same data, and etcd
@@ -18,7 +18,7 @@ import (
 	"strings"
 )
 
-// 10. Rolls the members to spec.version one at a time, the leader last.
+// upgrade rolls the members to spec.version one at a time, the leader last.
 func (d *decision) upgrade() (step, bool) {
 	if reason := d.versionRefused(); reason != "" {
 		d.st.Phase, d.st.Message = d.steadyPhase(), reason

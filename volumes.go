@@ -145,11 +145,11 @@ func (d *decision) onVolume(m string) bool {
 	return c != nil && !c.Deleting
 }
 
-// 2a. Members back on their volumes, before anything needs a quorum: a
-// member whose Pod is gone is made again on its PVC, as the same member
-// (its data says who it is; etcd ignores --initial-cluster then); one whose
-// Pod Failed (evicted) has it deleted first. Every member Pod deleted at
-// once comes back this way, and the cluster regains its quorum by itself.
+// restartOnVolumes: members back on their volumes, before anything needs a
+// quorum: a member whose Pod is gone is made again on its PVC, as the same
+// member (its data says who it is; etcd ignores --initial-cluster then); one
+// whose Pod Failed (evicted) has it deleted first. Every member Pod deleted
+// at once comes back this way, and the cluster regains its quorum by itself.
 func (d *decision) restartOnVolumes() (step, bool) {
 	names, ic := d.lastMembers()
 	plan := d.plan(d.image())

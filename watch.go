@@ -12,12 +12,12 @@
 //
 // The watcher only reads. Every object it sees goes into one channel, in
 // order, for the control loop in loop.go to act on. The operator runs
-// three: one for the EtcdClusters users write, and one each for the member
-// Pods and the Services it made (label-selected, so it never sees others).
-// The Pod watch is how it notices within seconds that a member died,
-// restarted or turned unready, without polling a single healthy cluster;
-// the Pod and Service watches together keep the cache (cache.go) that each
-// pass observes.
+// four: one for the EtcdClusters users write, and one each for the member
+// Pods, Services and PersistentVolumeClaims it made (label-selected, so it
+// never sees others). The Pod watch is how it notices within seconds that a
+// member died, restarted or turned unready, without polling a single
+// healthy cluster; the Pod, Service and PVC watches together keep the cache
+// (cache.go) that each pass observes.
 package main
 
 import (

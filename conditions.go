@@ -1,4 +1,4 @@
-// Status: what decide tells the user, as pure functions.
+// Conditions: what decide tells the user, as pure functions.
 //
 // Kubernetes API conventions give a custom resource's status two kinds of
 // news: a phase and a message for people (`kubectl get` shows the phase,
@@ -93,7 +93,7 @@ const (
 	reasonMemberRestarted = "MemberRestarted"
 )
 
-// 11. Nothing to do: Running, or Degraded while the kubelet restarts a
+// steady: nothing to do: Running, or Degraded while the kubelet restarts a
 // member (restartPolicy Always keeps its data).
 func (d *decision) steady() step {
 	d.setProgressing(false, reasonIdle, "")
