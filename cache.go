@@ -126,21 +126,8 @@ func (c *cache) apply(resource string, ev event[ownedEvent]) (awaited bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	defer c.notify()
-	switch ev.Type {
-	case "LISTING":
-		c.epoch[resource]++
-		return false
-	case "LISTED":
-		c.sweep(resource)
-		first := !c.synced()
-		c.listed[resource] = true
-		if first && c.synced() {
-			// The first lists are in, and their pages are garbage: hand
-			// the memory back now (not under the lock). A restart over
-			// settled clusters runs no burst of passes that would
-			// (queue.go).
-			go debug.FreeOSMemory()
-		}
+	if ev.Type == "LISTING" || ev.Type == "LISTED" {
+		c.mark(resource, ev.Type)
 		return false
 	}
 	e := ev.Object
@@ -149,13 +136,41 @@ func (c *cache) apply(resource string, ev event[ownedEvent]) (awaited bool) {
 	}
 	key := e.Namespace + "/" + e.Cluster
 	o := c.ownedBy(key)
-	epoch := c.epoch[resource]
+	o.store(resource, ev.Type == "DELETED", e, c.epoch[resource])
+	if x, ok := o.writes[resource+"/"+e.Name]; ok && c.shows(o, resource, e.Name, x) {
+		delete(o.writes, resource+"/"+e.Name)
+		awaited = true
+	}
+	c.forgetEmpty(key, o)
+	return awaited
+}
+
+// mark begins (LISTING) or ends (LISTED) a list of resource.
+func (c *cache) mark(resource, typ string) {
+	if typ == "LISTING" {
+		c.epoch[resource]++
+		return
+	}
+	c.sweep(resource)
+	first := !c.synced()
+	c.listed[resource] = true
+	if first && c.synced() {
+		// The first lists are in, and their pages are garbage: hand the
+		// memory back now (not under the lock). A restart over settled
+		// clusters runs no burst of passes that would (queue.go).
+		go debug.FreeOSMemory()
+	}
+}
+
+// store keeps, or drops when deleted, one object of resource, seen by
+// the list or watch of the given epoch.
+func (o *owned) store(resource string, deleted bool, e ownedEvent, epoch uint32) {
 	switch {
-	case ev.Type == "DELETED" && resource == "pods":
+	case deleted && resource == "pods":
 		delete(o.pods, e.Name)
-	case ev.Type == "DELETED" && resource == "persistentvolumeclaims":
+	case deleted && resource == "persistentvolumeclaims":
 		delete(o.claims, e.Name)
-	case ev.Type == "DELETED":
+	case deleted:
 		delete(o.svcs, e.Name)
 	case resource == "persistentvolumeclaims":
 		cl := e.Claim
@@ -178,12 +193,6 @@ func (c *cache) apply(resource string, ev event[ownedEvent]) (awaited bool) {
 		}
 		o.svcs[e.Name] = &cachedService{OwnerUID: uid, epoch: epoch}
 	}
-	if x, ok := o.writes[resource+"/"+e.Name]; ok && c.shows(o, resource, e.Name, x) {
-		delete(o.writes, resource+"/"+e.Name)
-		awaited = true
-	}
-	c.forgetEmpty(key, o)
-	return awaited
 }
 
 // sweep drops the objects of resource that the list just finished did not

@@ -132,65 +132,69 @@ func (d *decision) steadyPhase() string {
 // data on emptyDir, etcd cannot rebuild a quorum from fewer members, and a
 // membership change needs the quorum it lacks.
 func (d *decision) unavailable() step {
-	// The voters: learners make no quorum. Without a leader, a member's
-	// own list says who they are, or else the last status's list.
-	size := 0
-	for _, m := range d.in.Prev.Members {
-		if !m.Learner {
-			size++
-		}
-	}
-	if d.obs.Etcd.Listed != nil {
-		size = 0
-		for _, m := range d.obs.Etcd.Listed {
-			if !m.Learner {
-				size++
-			}
-		}
-	}
-	size = max(size, 1)
-	var msg, reason string
-	switch {
-	case d.obs.Etcd.AnsweredVoters >= quorum(size) && len(d.obs.Pods) > 0:
+	size := d.lastVoters()
+	if d.obs.Etcd.AnsweredVoters >= quorum(size) && len(d.obs.Pods) > 0 {
 		// Enough members answer, but none knows a leader: an election is
 		// under way (a leader died or stepped down). Look again soon.
-		msg = fmt.Sprintf("no leader yet: %d of %d voting members answer, and etcd is electing one (%s)", d.obs.Etcd.AnsweredVoters, size, d.podSummary(d.memberNames()))
+		msg := fmt.Sprintf("no leader yet: %d of %d voting members answer, and etcd is electing one (%s)", d.obs.Etcd.AnsweredVoters, size, d.podSummary(d.memberNames()))
 		d.st.Phase, d.st.Message = phaseDegraded, msg
 		d.setAvailable(false, reasonNoLeader, msg)
 		d.setProgressing(false, reasonNoLeader, "no membership change without a leader")
 		d.setDegraded(true, reasonNoLeader, msg)
 		return step{Again: pollAgain}
+	}
+	reason, msg := d.quorumLost(size)
+	d.st.Phase, d.st.Message = phaseUnavailable, msg
+	d.setAvailable(false, reason, msg)
+	d.setProgressing(false, reason, "no membership change without a quorum")
+	d.setDegraded(true, reason, msg)
+	return step{}
+}
+
+// lastVoters is how many members vote, as far as anyone can tell: learners
+// make no quorum. Without a leader, a member's own list says who they are,
+// or else the last status's list.
+func (d *decision) lastVoters() int {
+	size := 0
+	for _, m := range d.in.Prev.Members {
+		if !m.Learner && d.obs.Etcd.Listed == nil {
+			size++
+		}
+	}
+	for _, m := range d.obs.Etcd.Listed {
+		if !m.Learner {
+			size++
+		}
+	}
+	return max(size, 1)
+}
+
+// quorumLost says why a cluster of size voters has no quorum, and whether
+// it can come back by itself.
+func (d *decision) quorumLost(size int) (reason, msg string) {
+	switch {
 	case d.allOnVolumes():
-		reason = reasonQuorumLost
 		count, names := fmt.Sprintf("%d of %d voting members answer, %d needed", d.obs.Etcd.AnsweredVoters, size, quorum(size)), d.memberNames()
 		if d.obs.Etcd.Listed == nil {
 			// No member answers: how many vote is written on their
 			// volumes, and the last status may be out of date or lost.
 			count, names = "no member answers", podNames(d.obs.Pods)
 		}
-		msg = fmt.Sprintf("quorum lost: %s (%s). The members are coming back: their data is safe on their volumes, and each rejoins as itself once it runs again (the kubelet restarts a crashed member; the operator makes a deleted Pod again). Nothing is lost",
+		return reasonQuorumLost, fmt.Sprintf("quorum lost: %s (%s). The members are coming back: their data is safe on their volumes, and each rejoins as itself once it runs again (the kubelet restarts a crashed member; the operator makes a deleted Pod again). Nothing is lost",
 			count, d.podSummary(names))
 	case len(d.obs.Pods) == 0:
-		reason = reasonDataLost
 		where := "emptyDir"
 		if !d.in.Spec.Storage.EmptyDir {
 			where = "their volume claims deleted or lost"
 		}
-		msg = fmt.Sprintf("all %d members are gone and their data with them (%s): etcd cannot recover by itself. Delete this EtcdCluster and create it again, from a backup (spec.restore names one)", size, where)
+		return reasonDataLost, fmt.Sprintf("all %d members are gone and their data with them (%s): etcd cannot recover by itself. Delete this EtcdCluster and create it again, from a backup (spec.restore names one)", size, where)
 	case d.obs.Etcd.Listed == nil && d.obs.Etcd.Answered == 0:
 		// No member answers: etcd says nothing of who the members are.
-		reason = reasonQuorumLost
-		msg = fmt.Sprintf("quorum lost: no member answers (%s). etcd cannot recover by itself with its data on emptyDir; if the missing members come back, the cluster recovers without help. Otherwise delete this EtcdCluster and create it again from a backup (spec.restore names one)", d.podSummary(podNames(d.obs.Pods)))
+		return reasonQuorumLost, fmt.Sprintf("quorum lost: no member answers (%s). etcd cannot recover by itself with its data on emptyDir; if the missing members come back, the cluster recovers without help. Otherwise delete this EtcdCluster and create it again from a backup (spec.restore names one)", d.podSummary(podNames(d.obs.Pods)))
 	default:
-		reason = reasonQuorumLost
-		msg = fmt.Sprintf("quorum lost: %d of %d voting members answer, %d needed (%s). etcd cannot recover by itself with its data on emptyDir; if the missing members come back, the cluster recovers without help. Otherwise delete this EtcdCluster and create it again from a backup (spec.restore names one)",
+		return reasonQuorumLost, fmt.Sprintf("quorum lost: %d of %d voting members answer, %d needed (%s). etcd cannot recover by itself with its data on emptyDir; if the missing members come back, the cluster recovers without help. Otherwise delete this EtcdCluster and create it again from a backup (spec.restore names one)",
 			d.obs.Etcd.AnsweredVoters, size, quorum(size), d.podSummary(d.memberNames()))
 	}
-	d.st.Phase, d.st.Message = phaseUnavailable, msg
-	d.setAvailable(false, reason, msg)
-	d.setProgressing(false, reason, "no membership change without a quorum")
-	d.setDegraded(true, reason, msg)
-	return step{}
 }
 
 func podNames(pods []podView) []string {

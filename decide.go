@@ -2,9 +2,9 @@
 //
 // An operator is observe -> decide -> act. observe.go looks (the member
 // Pods, Services and PVCs from the watches' cache, etcd itself through the
-// Pods' proxy subresource) and act.go sends; this file only decides.
-// decide takes the EtcdCluster (its spec and the status last written) and
-// what was observed, and returns the status to report, the Events to record, and one
+// Pods' proxy subresource) and act.go sends; this file only decides. decide
+// takes the EtcdCluster (its spec and the status last written) and what was
+// observed, and returns the status to report, the Events to record, and one
 // next step with every request it needs. It reads no clock and sends no
 // request, so a table test covers every rule, a simulation can drive it
 // through faults (sim_test.go), and a pass that dies after any request is

@@ -83,6 +83,14 @@ func (c *controller) run(ctx context.Context, q *queue, clusters <-chan event[*E
 	for range workers {
 		wg.Go(func() { c.work(ctx, q) })
 	}
+	c.dispatch(q, clusters, pods, services, claims, synced)
+	q.shutdown()
+	wg.Wait()
+}
+
+// dispatch hands each event to the cache and its handler until the
+// watchers have closed their channels.
+func (c *controller) dispatch(q *queue, clusters <-chan event[*EtcdCluster], pods, services, claims <-chan event[ownedEvent], synced <-chan struct{}) {
 	var podsIn, servicesIn, claimsIn <-chan event[ownedEvent]
 	podsListed := false
 	for clusters != nil || podsIn != nil || servicesIn != nil || claimsIn != nil {
@@ -100,12 +108,7 @@ func (c *controller) run(ctx context.Context, q *queue, clusters <-chan event[*E
 				podsIn = nil
 				continue
 			}
-			c.cache.apply("pods", ev)
-			if ev.Type == "LISTED" && !podsListed {
-				podsListed = true
-				c.allPodsListed(q)
-			}
-			c.podEvent(q, ev)
+			podsListed = c.podsEvent(q, ev, podsListed)
 		case ev, ok := <-servicesIn:
 			if !ok {
 				servicesIn = nil
@@ -124,8 +127,19 @@ func (c *controller) run(ctx context.Context, q *queue, clusters <-chan event[*E
 			}
 		}
 	}
-	q.shutdown()
-	wg.Wait()
+}
+
+// podsEvent records a Pod event in the cache and queues what it is news
+// for; the first time every Pod has been listed, so are the clusters whose
+// status disagrees with their Pods. It returns whether they all were.
+func (c *controller) podsEvent(q *queue, ev event[ownedEvent], listed bool) bool {
+	c.cache.apply("pods", ev)
+	if ev.Type == "LISTED" && !listed {
+		listed = true
+		c.allPodsListed(q)
+	}
+	c.podEvent(q, ev)
+	return listed
 }
 
 // clusterEvent queues a cluster that was added or changed, and forgets a

@@ -360,35 +360,8 @@ func (p clusterPlan) pod(member, initialCluster, state string) []byte {
 		// etcd never talks to the Kubernetes API: a token in the Pod
 		// could only be stolen.
 		"automountServiceAccountToken": false,
-		"containers": []map[string]any{{
-			"name":    "etcd",
-			"image":   p.Image,
-			"command": p.etcdCommand(member, initialCluster, state),
-			"ports": []map[string]any{
-				{"name": "client", "containerPort": clientPort, "protocol": "TCP"},
-				{"name": "peer", "containerPort": peerPort, "protocol": "TCP"},
-			},
-			"volumeMounts": []map[string]any{{"name": "data", "mountPath": dataDir}},
-			// The end of etcd's log when it fails, in the Pod's status:
-			// the operator reads there whether a member lost its data
-			// (observe.go, dataLostSigns).
-			"terminationMessagePolicy": "FallbackToLogsOnError",
-			// etcd 3.6's /livez fails only when the process itself is
-			// stuck (a local read); /readyz also needs a leader, a
-			// linearizable read and a voting member. The member
-			// Services publish not-ready addresses, so peers find each
-			// other before any is ready: a readiness probe no longer
-			// stops a cluster from forming, and it keeps the client
-			// Service to members that can serve.
-			//
-			// The startup probe gives a member 5 minutes to answer
-			// at all (etcd serves clients only once it has joined the
-			// cluster) before liveness checks may restart it.
-			"startupProbe":   probe("/livez", 2, 150),
-			"livenessProbe":  probe("/livez", 10, 6),
-			"readinessProbe": probe("/readyz", 2, 2),
-		}},
-		"volumes": []map[string]any{p.dataVolume(member)},
+		"containers":                   []map[string]any{p.etcdContainer(member, initialCluster, state)},
+		"volumes":                      []map[string]any{p.dataVolume(member)},
 	}
 	// Only the members of a new cluster are restored: one joining later
 	// gets the data from its peers, as always.
@@ -401,6 +374,39 @@ func (p clusterPlan) pod(member, initialCluster, state string) []byte {
 		"metadata":   p.meta(member, member),
 		"spec":       spec,
 	})
+}
+
+// etcdContainer is a member Pod's one container: etcd, its ports, its data
+// and its probes.
+func (p clusterPlan) etcdContainer(member, initialCluster, state string) map[string]any {
+	return map[string]any{
+		"name":    "etcd",
+		"image":   p.Image,
+		"command": p.etcdCommand(member, initialCluster, state),
+		"ports": []map[string]any{
+			{"name": "client", "containerPort": clientPort, "protocol": "TCP"},
+			{"name": "peer", "containerPort": peerPort, "protocol": "TCP"},
+		},
+		"volumeMounts": []map[string]any{{"name": "data", "mountPath": dataDir}},
+		// The end of etcd's log when it fails, in the Pod's status:
+		// the operator reads there whether a member lost its data
+		// (observe.go, dataLostSigns).
+		"terminationMessagePolicy": "FallbackToLogsOnError",
+		// etcd 3.6's /livez fails only when the process itself is
+		// stuck (a local read); /readyz also needs a leader, a
+		// linearizable read and a voting member. The member
+		// Services publish not-ready addresses, so peers find each
+		// other before any is ready: a readiness probe no longer
+		// stops a cluster from forming, and it keeps the client
+		// Service to members that can serve.
+		//
+		// The startup probe gives a member 5 minutes to answer
+		// at all (etcd serves clients only once it has joined the
+		// cluster) before liveness checks may restart it.
+		"startupProbe":   probe("/livez", 2, 150),
+		"livenessProbe":  probe("/livez", 10, 6),
+		"readinessProbe": probe("/readyz", 2, 2),
+	}
 }
 
 func mustJSON(v any) []byte {

@@ -13,6 +13,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"time"
@@ -99,31 +100,41 @@ func (c *controller) reconcile(ctx context.Context, ec *EtcdCluster) (time.Durat
 		if c.gone(ec) {
 			return 0, nil // deleted meanwhile: its objects go with it
 		}
-		log.Info("step", "action", s.Action, "member", s.Member, "why", st.Message)
-		out, err := c.act(ctx, s)
-		if err != nil {
-			st, news := failed(st, st.Message, err)
-			return 0, c.report(ctx, ec, in.Prev, st, news, err)
-		}
-		news := s.News
-		if out != stepDone {
-			news = nil
-		}
-		if err := c.report(ctx, ec, in.Prev, st, news, nil); err != nil {
-			return 0, err
-		}
-		in.Prev = st
-		if s.Action == actMarkFormed {
-			in.FormedID = st.ClusterID
-		}
-		switch {
-		case out == stepNotYet:
-			return s.Again, nil
-		case s.Last:
-			return 0, nil
+		again, more, err := c.carryOut(ctx, log, ec, &in, st, s)
+		if !more || err != nil {
+			return again, err
 		}
 	}
 	return pollAgain, nil
+}
+
+// carryOut acts on one step and reports it; more says whether the pass
+// goes on to look again. in.Prev becomes the status just written.
+func (c *controller) carryOut(ctx context.Context, log *slog.Logger, ec *EtcdCluster, in *input, st clusterStatus, s step) (again time.Duration, more bool, err error) {
+	log.Info("step", "action", s.Action, "member", s.Member, "why", st.Message)
+	out, err := c.act(ctx, s)
+	if err != nil {
+		st, news := failed(st, st.Message, err)
+		return 0, false, c.report(ctx, ec, in.Prev, st, news, err)
+	}
+	news := s.News
+	if out != stepDone {
+		news = nil
+	}
+	if err := c.report(ctx, ec, in.Prev, st, news, nil); err != nil {
+		return 0, false, err
+	}
+	in.Prev = st
+	if s.Action == actMarkFormed {
+		in.FormedID = st.ClusterID
+	}
+	switch {
+	case out == stepNotYet:
+		return s.Again, false, nil
+	case s.Last:
+		return 0, false, nil
+	}
+	return 0, true, nil
 }
 
 // report is the one place that tells users: it records decide's Events and

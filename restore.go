@@ -204,21 +204,9 @@ func fetchBackup(ctx context.Context, store *s3.Client, r *restoreSpec, key []by
 	}
 	defer body.Close()
 	obj := &hashingReader{r: &progressReader{r: body, idle: idle}, h: sha256.New()}
-	var src io.Reader = obj
-	if r.encrypted() {
-		if src, err = encryption.Decrypt(src, key); err != nil {
-			return restoreRecord{}, err
-		}
-	}
-	if r.gzipped() {
-		z, err := gzip.NewReader(src)
-		switch {
-		case errors.Is(err, gzip.ErrHeader):
-			return restoreRecord{}, errors.New("it is not gzip, though its name ends in .gz")
-		case err != nil:
-			return restoreRecord{}, fmt.Errorf("reading it: %w", err)
-		}
-		src = z
+	src, err := unsealed(obj, r, key)
+	if err != nil {
+		return restoreRecord{}, err
 	}
 	snap := snapshot.NewCheck()
 	if _, err := io.Copy(io.MultiWriter(w, snap), src); err != nil {
@@ -233,6 +221,29 @@ func fetchBackup(ctx context.Context, store *s3.Client, r *restoreSpec, key []by
 		return restoreRecord{}, errors.New("it is not a whole etcd snapshot: its data does not match the sha256 etcd ends a snapshot with")
 	}
 	return restoreRecord{Key: r.Key, SHA256: sum, Size: snap.Len(), Verified: time.Now().UTC().Format(time.RFC3339)}, nil
+}
+
+// unsealed undoes what a backup's name says was done to its snapshot
+// (backup.go's sealed): decrypted, then decompressed.
+func unsealed(obj io.Reader, r *restoreSpec, key []byte) (io.Reader, error) {
+	src := obj
+	if r.encrypted() {
+		var err error
+		if src, err = encryption.Decrypt(src, key); err != nil {
+			return nil, err
+		}
+	}
+	if !r.gzipped() {
+		return src, nil
+	}
+	z, err := gzip.NewReader(src)
+	switch {
+	case errors.Is(err, gzip.ErrHeader):
+		return nil, errors.New("it is not gzip, though its name ends in .gz")
+	case err != nil:
+		return nil, fmt.Errorf("reading it: %w", err)
+	}
+	return z, nil
 }
 
 // Paths inside a restored member's data volume.

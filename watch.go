@@ -136,52 +136,63 @@ func (w *watcher[T]) list(ctx context.Context, events chan<- event[T]) (string, 
 	}
 	cont := ""
 	for {
-		q := url.Values{"limit": {fmt.Sprint(w.pageSize)}}
-		if w.selector != "" {
-			q.Set("labelSelector", w.selector)
-		}
-		if cont != "" {
-			q.Set("continue", cont)
-		}
-		body, err := w.client.Do(ctx, http.MethodGet, w.path+"?"+q.Encode(), nil, "")
+		rv, next, err := w.listPage(ctx, cont, events)
 		if err != nil {
-			return "", fmt.Errorf("list %s: %w", w.resource(), err)
+			return "", err
 		}
-		var page struct {
-			Metadata struct {
-				ResourceVersion string `json:"resourceVersion"`
-				Continue        string `json:"continue"`
-			} `json:"metadata"`
-			Items []json.RawMessage `json:"items"`
-		}
-		if err := json.Unmarshal(body, &page); err != nil {
-			return "", fmt.Errorf("list %s: decode: %w", w.resource(), err)
-		}
-		if page.Metadata.ResourceVersion == "" {
-			return "", fmt.Errorf("list %s: no metadata.resourceVersion in the answer", w.resource())
-		}
-		for _, item := range page.Items {
-			obj, _, err := w.decode(item)
-			if err != nil {
-				w.log.Error("skipping undecodable object", "path", w.path, "object", excerpt(item), "err", err)
-				continue
-			}
-			if !send(ctx, events, event[T]{Type: "ADDED", Object: obj}) {
-				return "", ctx.Err()
-			}
-		}
-		if page.Metadata.Continue == "" {
-			w.log.Info("listed "+w.resource(), "path", w.path, "resourceVersion", page.Metadata.ResourceVersion)
+		if next == "" {
+			w.log.Info("listed "+w.resource(), "path", w.path, "resourceVersion", rv)
 			if w.marks && !send(ctx, events, event[T]{Type: "LISTED"}) {
 				return "", ctx.Err()
 			}
 			if w.listed != nil {
 				w.listed()
 			}
-			return page.Metadata.ResourceVersion, nil
+			return rv, nil
 		}
-		cont = page.Metadata.Continue
+		cont = next
 	}
+}
+
+// listPage reads the page that cont names (the first if empty), sends its
+// objects as ADDED events, and returns the list's resourceVersion and the
+// continue token of the next page ("" after the last).
+func (w *watcher[T]) listPage(ctx context.Context, cont string, events chan<- event[T]) (rv, next string, err error) {
+	q := url.Values{"limit": {fmt.Sprint(w.pageSize)}}
+	if w.selector != "" {
+		q.Set("labelSelector", w.selector)
+	}
+	if cont != "" {
+		q.Set("continue", cont)
+	}
+	body, err := w.client.Do(ctx, http.MethodGet, w.path+"?"+q.Encode(), nil, "")
+	if err != nil {
+		return "", "", fmt.Errorf("list %s: %w", w.resource(), err)
+	}
+	var page struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+			Continue        string `json:"continue"`
+		} `json:"metadata"`
+		Items []json.RawMessage `json:"items"`
+	}
+	if err := json.Unmarshal(body, &page); err != nil {
+		return "", "", fmt.Errorf("list %s: decode: %w", w.resource(), err)
+	}
+	if page.Metadata.ResourceVersion == "" {
+		return "", "", fmt.Errorf("list %s: no metadata.resourceVersion in the answer", w.resource())
+	}
+	for _, item := range page.Items {
+		obj, _, err := w.decode(item)
+		if err != nil {
+			w.log.Error("skipping undecodable object", "path", w.path, "object", excerpt(item), "err", err)
+			continue
+		}
+		if !send(ctx, events, event[T]{Type: "ADDED", Object: obj}) {
+			return "", "", ctx.Err()
+		}
+	}
+	return page.Metadata.ResourceVersion, page.Metadata.Continue, nil
 }
 
 // watch streams events from rv until the stream ends. It returns the last
