@@ -904,8 +904,8 @@ func TestSimulation(t *testing.T) {
 		reached -= excused[why]
 		whys = append(whys, fmt.Sprintf("%s %d", why, excused[why]))
 	}
-	t.Logf("%d schedules in %v (%.0f/s); %d failed, %d kinds of failure; %d reached the spec, the longest tail in %d passes (bound %d); the others ended with a status that says why (%s)",
-		runs, elapsed.Round(time.Millisecond), float64(runs)/elapsed.Seconds(), failed, len(found), reached, maxPasses, livenessPasses, strings.Join(whys, ", "))
+	t.Logf("seeds %d to %d: %d schedules in %v (%.0f/s); %d failed, %d kinds of failure; %d reached the spec, the longest tail in %d passes (bound %d); the others ended with a status that says why (%s)",
+		*simFirst, *simFirst+uint64(runs)-1, runs, elapsed.Round(time.Millisecond), float64(runs)/elapsed.Seconds(), failed, len(found), reached, maxPasses, livenessPasses, strings.Join(whys, ", "))
 	// Shrinking takes at most as long again as the run: a schedule that
 	// is not the shortest yet still shows the failure, and -sim.seed
 	// shrinks it to the end.
