@@ -236,3 +236,50 @@ func TestS3Retries(t *testing.T) {
 		t.Errorf("a 403 was sent %d times", n)
 	}
 }
+
+// Every request whose body is small is signed with the sha256 of its body:
+// CompleteMultipartUpload's list of parts, and the bodiless ones (the hash
+// of no bytes). Only a part's stream goes as UNSIGNED-PAYLOAD. S3 takes
+// UNSIGNED-PAYLOAD anywhere, and so does the fake: it is this test that
+// tells a signed body from an unsigned one.
+func TestS3SignsSmallBodies(t *testing.T) {
+	f := s3test.New(t, "bkt")
+	s := f.Client(t, "bkt")
+	s.PartSize = 1000
+	ctx := context.Background()
+	if err := s.Put(ctx, "a/k.db", bytes.NewReader(make([]byte, 2500)), 2500); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.List(ctx, "a/"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Head(ctx, "a/k.db"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Get(ctx, "a/k.db"); err != nil {
+		t.Fatal(err)
+	} else {
+		r.Close()
+	}
+	if err := s.AbortUploads(ctx, "a/"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "a/k.db"); err != nil {
+		t.Fatal(err)
+	}
+	complete := f.Payloads("POST /bkt/a/k.db?uploadId=")
+	if len(complete) != 1 {
+		t.Fatalf("%d CompleteMultipartUpload requests, want 1", len(complete))
+	}
+	for _, p := range f.Payloads("") {
+		if p.Body == "" {
+			continue // a part's stream, as UNSIGNED-PAYLOAD
+		}
+		if p.Claimed != p.Body {
+			t.Errorf("%s: x-amz-content-sha256 %s, want the sha256 of its body, %s", p.Request, p.Claimed, p.Body)
+		}
+	}
+	if parts := f.Payloads("PUT /bkt/a/k.db?partNumber="); len(parts) != 3 {
+		t.Errorf("%d parts, want 3", len(parts))
+	}
+}

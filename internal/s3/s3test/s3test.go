@@ -2,12 +2,19 @@
 // objects in memory, multipart uploads, ListObjectsV2 (in small pages), and
 // SigV4 checked on every request, as a real server would: a request whose
 // signature does not match what arrived is refused with
-// SignatureDoesNotMatch. An object exists only once a PUT's whole body, or
-// a completed multipart upload, has arrived.
+// SignatureDoesNotMatch. The payload hash is checked as S3 checks it:
+// x-amz-content-sha256 must be there, and a hex sha256 must be that of the
+// body that arrived (else XAmzContentSHA256Mismatch); UNSIGNED-PAYLOAD is
+// taken anywhere, as S3 takes it, so the server records what each request
+// claimed (Payloads) for a test to tell a signed body from an unsigned
+// one. An object exists only once a PUT's whole body, or a completed
+// multipart upload, has arrived.
 package s3test
 
 import (
+	"bytes"
 	"crypto/md5"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/xml"
 	"fmt"
@@ -35,10 +42,21 @@ type Server struct {
 	objects  map[string][]byte // "bucket/key"
 	uploads  map[string]*upload
 	requests []string // "METHOD /bucket/key?query"
+	payloads []Payload
 	pageSize int
 	fault    func(r *http.Request) (code int, s3code string) // 0: none
 	catch    func(w http.ResponseWriter, r *http.Request) bool
 	nextID   int
+}
+
+// Payload is what one request said of its body, and what arrived.
+type Payload struct {
+	Request string // "METHOD /bucket/key?query"
+	Claimed string // its x-amz-content-sha256
+	// Body is the hex sha256 of the body that arrived, for every request
+	// the server reads whole before serving it: all but a PUT (of an
+	// object or a part: a stream) sent as UNSIGNED-PAYLOAD, whose Body is "".
+	Body string
 }
 
 type upload struct {
@@ -162,15 +180,24 @@ func s3Fail(w http.ResponseWriter, status int, code, msg string) {
 }
 
 func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
+	line := r.Method + " " + r.URL.Path + "?" + r.URL.RawQuery
 	f.mu.Lock()
-	f.requests = append(f.requests, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
+	f.requests = append(f.requests, line)
 	fault, catch := f.fault, f.catch
 	f.mu.Unlock()
 	if catch != nil && catch(w, r) {
 		return
 	}
+	claimed, got, ok := f.readPayload(w, r, line)
+	if !ok {
+		return
+	}
 	if code, msg := f.checkSignature(r); code != "" {
 		s3Fail(w, http.StatusForbidden, code, msg)
+		return
+	}
+	if claimed != "UNSIGNED-PAYLOAD" && claimed != got {
+		s3Fail(w, http.StatusBadRequest, "XAmzContentSHA256Mismatch", "The provided 'x-amz-content-sha256' header does not match what was computed.")
 		return
 	}
 	if fault != nil {
@@ -181,7 +208,7 @@ func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	bucket, key, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
 	f.mu.Lock()
-	ok := f.buckets[bucket]
+	ok = f.buckets[bucket]
 	f.mu.Unlock()
 	if !ok {
 		s3Fail(w, http.StatusNotFound, "NoSuchBucket", "The specified bucket does not exist")
@@ -192,6 +219,59 @@ func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.serveObject(w, r, bucket, key)
+}
+
+// readPayload checks x-amz-content-sha256 and, unless it is a PUT's
+// stream sent as UNSIGNED-PAYLOAD, reads the body whole to hash it (r.Body
+// then reads it again). It records both, and answers a bad header itself.
+func (f *Server) readPayload(w http.ResponseWriter, r *http.Request, line string) (claimed, got string, ok bool) {
+	claimed = r.Header.Get("X-Amz-Content-Sha256")
+	switch {
+	case claimed == "":
+		s3Fail(w, http.StatusBadRequest, "InvalidRequest", "Missing required header for this request: x-amz-content-sha256")
+		return "", "", false
+	case strings.HasPrefix(claimed, "STREAMING-"):
+		s3Fail(w, http.StatusNotImplemented, "NotImplemented", "the fake does not decode aws-chunked bodies")
+		return "", "", false
+	case claimed != "UNSIGNED-PAYLOAD" && !isSHA256Hex(claimed):
+		s3Fail(w, http.StatusBadRequest, "InvalidArgument", "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, STREAMING-AWS4-HMAC-SHA256-PAYLOAD or a valid sha256 value.")
+		return "", "", false
+	}
+	if r.Method != http.MethodPut || claimed != "UNSIGNED-PAYLOAD" {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			s3Fail(w, http.StatusBadRequest, "IncompleteBody", "You did not provide the number of bytes specified by the Content-Length HTTP header.")
+			return "", "", false
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		sum := sha256.Sum256(body)
+		got = hex.EncodeToString(sum[:])
+	}
+	f.mu.Lock()
+	f.payloads = append(f.payloads, Payload{Request: line, Claimed: claimed, Body: got})
+	f.mu.Unlock()
+	return claimed, got, true
+}
+
+// isSHA256Hex reports a hash as x-amz-content-sha256 gives one: 64 hex
+// digits.
+func isSHA256Hex(s string) bool {
+	b, err := hex.DecodeString(s)
+	return err == nil && len(b) == sha256.Size
+}
+
+// Payloads returns what the requests whose "METHOD path?query" contains s
+// said of their bodies, in order.
+func (f *Server) Payloads(s string) []Payload {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []Payload
+	for _, p := range f.payloads {
+		if strings.Contains(p.Request, s) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // checkSignature recomputes the request's signature from what arrived.
