@@ -245,3 +245,40 @@ func TestQueueIdle(t *testing.T) {
 		t.Error("a queue shut down is still not idle")
 	}
 }
+
+// A cluster whose pass keeps failing is retried after a delay that
+// doubles, 1 s then 2 s (retryDelay), through the real path: the pass
+// fails on the fake (403 on every create), queue.done counts the failure
+// and the worker schedules the retry. Each attempt comes no sooner than
+// the delay after the one before it: a broken cluster cannot flood the API
+// server. A timer never fires early, so these lower bounds cannot flake.
+func TestFailingPassBacksOff(t *testing.T) {
+	f := newFakeAPI(t)
+	const create = "/api/v1/namespaces/default/services"
+	f.setFault(func(r request) (int, string, string) {
+		if r.Method == "POST" && r.Path == create {
+			return http.StatusForbidden, "", `services is forbidden: User "system:serviceaccount:ops:etcd-operator" cannot create resource "services"`
+		}
+		return 0, "", ""
+	})
+	f.putCluster("default", "example", size(1))
+	op := startOperator(t, f)
+	// The first pass and two retries: the delays are 1 s and 2 s.
+	want := []time.Duration{time.Second, 2 * time.Second}
+	f.waitFor("three attempts", func() bool { return f.countExactLocked("POST", create) == len(want)+1 })
+	op.stop()
+	var at []time.Time
+	for _, r := range f.requestsSince(0) {
+		if r.Method == "POST" && r.Path == create {
+			at = append(at, r.At)
+		}
+	}
+	if len(at) != len(want)+1 {
+		t.Fatalf("%d attempts, want %d", len(at), len(want)+1)
+	}
+	for i, d := range want {
+		if gap := at[i+1].Sub(at[i]); gap < d {
+			t.Errorf("attempt %d came %v after attempt %d, want at least %v", i+2, gap.Round(time.Millisecond), i+1, d)
+		}
+	}
+}
