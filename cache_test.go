@@ -28,6 +28,12 @@ func TestCacheObjects(t *testing.T) {
 			c.apply("services", event[ownedEvent]{Type: typ, Object: ownedEvent{Namespace: "ns", Name: name, Cluster: "example", OwnerUID: uid}})
 		}
 	}
+	claim := func(typ, name, uid, size string, deleting bool) func(c *cache) {
+		return func(c *cache) {
+			c.apply("persistentvolumeclaims", event[ownedEvent]{Type: typ, Object: ownedEvent{Namespace: "ns", Name: name, Cluster: "example", OwnerUID: uid,
+				Claim: &cachedClaim{claimView: claimView{Name: name, Size: size, Deleting: deleting}, OwnerUID: uid}}})
+		}
+	}
 	mark := func(typ string, resources ...string) func(c *cache) {
 		return func(c *cache) {
 			for _, r := range resources {
@@ -45,6 +51,7 @@ func TestCacheObjects(t *testing.T) {
 		ok       bool
 		pods     []string
 		services []string
+		claims   []string
 	}{
 		{name: "not listed yet", events: []func(c *cache){pod("ADDED", "example-0", "u", false)}},
 		{name: "only Pods listed", events: []func(c *cache){pod("ADDED", "example-0", "u", false), mark("LISTED", "pods")}},
@@ -77,6 +84,20 @@ func TestCacheObjects(t *testing.T) {
 		{name: "a relist shows a delete the watch missed", ok: true,
 			events: []func(c *cache){listed, pod("ADDED", "example-0", "u", false), expect("pods", "example-0", pendingWrite{gone: true}),
 				mark("LISTING", "pods"), mark("LISTED", "pods")}},
+		{name: "a deleted cluster's claims are not this one's", ok: true, claims: []string{"example-1"},
+			events: []func(c *cache){listed, claim("ADDED", "example-0", "old", "8Gi", false), claim("ADDED", "example-1", "u", "8Gi", false)}},
+		{name: "a create of a Service name a deleted cluster's Service still holds in the cache",
+			events: []func(c *cache){listed, svc("ADDED", "example-0", "old"), expect("services", "example-0", pendingWrite{uid: "u"})}},
+		{name: "a create of a claim name a deleted cluster's claim still holds in the cache",
+			events: []func(c *cache){listed, claim("ADDED", "example-0", "old", "8Gi", false), expect("persistentvolumeclaims", "example-0", pendingWrite{uid: "u"})}},
+		{name: "a claim's growth not shown yet",
+			events: []func(c *cache){listed, claim("ADDED", "example-0", "u", "8Gi", false), expect("persistentvolumeclaims", "example-0", pendingWrite{uid: "u", size: "10Gi"})}},
+		{name: "a claim's growth shown", ok: true, claims: []string{"example-0"},
+			events: []func(c *cache){listed, claim("ADDED", "example-0", "u", "8Gi", false), expect("persistentvolumeclaims", "example-0", pendingWrite{uid: "u", size: "10Gi"}),
+				claim("MODIFIED", "example-0", "u", "10Gi", false)}},
+		{name: "a claim's delete shown: a Pod still uses it, and it is terminating", ok: true, claims: []string{"example-0"},
+			events: []func(c *cache){listed, claim("ADDED", "example-0", "u", "8Gi", false), expect("persistentvolumeclaims", "example-0", pendingWrite{gone: true}),
+				claim("MODIFIED", "example-0", "u", "8Gi", true)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCache()
@@ -86,16 +107,20 @@ func TestCacheObjects(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			// A cache that is not ready makes objects wait: cancelled at
 			// once, the wait returns what a lagging cache gives.
-			pods, svcs, _, ok := c.objects(ctx, "ns", "example", "u", cancel)
+			pods, svcs, claims, ok := c.objects(ctx, "ns", "example", "u", cancel)
 			cancel()
-			var names []string
+			var names, claimNames []string
 			for _, p := range pods {
 				names = append(names, p.Name)
 			}
+			for _, cl := range claims {
+				claimNames = append(claimNames, cl.Name)
+			}
 			slices.Sort(names)
 			slices.Sort(svcs)
-			if ok != tc.ok || ok && (!slices.Equal(names, tc.pods) || !slices.Equal(svcs, tc.services)) {
-				t.Errorf("objects = %v, %v, ok %v; want %v, %v, ok %v", names, svcs, ok, tc.pods, tc.services, tc.ok)
+			slices.Sort(claimNames)
+			if ok != tc.ok || ok && (!slices.Equal(names, tc.pods) || !slices.Equal(svcs, tc.services) || !slices.Equal(claimNames, tc.claims)) {
+				t.Errorf("objects = %v, %v, %v, ok %v; want %v, %v, %v, ok %v", names, svcs, claimNames, ok, tc.pods, tc.services, tc.claims, tc.ok)
 			}
 		})
 	}
