@@ -360,3 +360,77 @@ func waitUntil(f *fakeAPI, op *operator, what string, cond func() bool) {
 		}
 	}
 }
+
+// Each of the operator's own writes is awaited on its own watch, while the
+// other watches are current: after a step that creates or deletes a
+// Service, deletes a PVC or asks one to grow, nothing is decided until
+// that watch shows it. Otherwise the next step would see the Service still
+// missing (and create it again), the deleted Service or claim still there
+// (and delete it again), or the claim at its old size (and ask again).
+func TestOwnWriteAwaitedOnItsWatch(t *testing.T) {
+	claims := func(f *fakeAPI) { f.claimLag = true }
+	services := func(f *fakeAPI) { f.svcLag = true }
+	runningAt := func(n int) statusCheck {
+		return statusCheck{fmt.Sprintf("Running at %d", n), func(st clusterStatus) bool { return running(n).ok(st) && len(st.Members) == n }}
+	}
+	for _, tc := range []struct {
+		name         string
+		lag          func(f *fakeAPI) // holds one watch back; called with f.mu held
+		method, path string           // the write, to be sent once
+		do           func(f *fakeAPI) // what calls for it
+		done         statusCheck
+	}{
+		{name: "the client Service made again", lag: services, method: "POST", path: "/api/v1/namespaces/default/services",
+			do: func(f *fakeAPI) { f.deleteService("default", "example-client") }, done: running(3)},
+		{name: "a removed member's Service deleted", lag: services, method: "DELETE", path: "/api/v1/namespaces/default/services/example-2",
+			do: func(f *fakeAPI) { f.putCluster("default", "example", size(2)) }, done: runningAt(2)},
+		{name: "a removed member's claim deleted", lag: claims, method: "DELETE", path: "/api/v1/namespaces/default/persistentvolumeclaims/example-2",
+			do: func(f *fakeAPI) { f.putCluster("default", "example", size(2)) }, done: runningAt(2)},
+		{name: "a claim asked to grow", lag: claims, method: "PATCH", path: "/api/v1/namespaces/default/persistentvolumeclaims/example-0",
+			do: func(f *fakeAPI) {
+				f.putCluster("default", "example", map[string]any{"size": 3, "storage": map[string]any{"size": "10Gi"}})
+			}, done: statusCheck{"Running 3/3 at generation 2", func(st clusterStatus) bool { return running(3).ok(st) && st.ObservedGeneration == 2 }}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, op := idleExample(t)
+			mark := f.requestCount()
+			writes := func() int { // with f.mu held
+				n := 0
+				for _, r := range f.requests[mark:] {
+					if r.Method == tc.method && r.Path == tc.path {
+						n++
+					}
+				}
+				return n
+			}
+			waitsAtWrite := -1
+			f.setFault(func(r request) (int, string, string) {
+				if r.Method == tc.method && r.Path == tc.path {
+					waits := op.logged(waitingForWatches)
+					f.mu.Lock()
+					if waitsAtWrite < 0 {
+						waitsAtWrite = waits
+						tc.lag(f)
+					}
+					f.mu.Unlock()
+				}
+				return 0, "", ""
+			})
+			tc.do(f)
+			waitUntil(f, op, "the step after the write to wait for its watch, or to decide without it", func() bool {
+				f.mu.Lock()
+				at, n := waitsAtWrite, writes()
+				f.mu.Unlock()
+				return n > 1 || at >= 0 && op.logged(waitingForWatches) > at
+			})
+			f.catchUpOwned()
+			waitStatus(f, "example", tc.done)
+			f.mu.Lock()
+			n := writes()
+			f.mu.Unlock()
+			if n != 1 {
+				t.Errorf("%s %s sent %d times, want once", tc.method, tc.path, n)
+			}
+		})
+	}
+}

@@ -62,6 +62,8 @@ type fakeAPI struct {
 	// claimLag holds the PVC events back alone: the PVC watch is a stream
 	// of its own, and may fall behind the Pod watch.
 	claimLag bool
+	// svcLag holds the Service events back alone.
+	svcLag bool
 	// fault, when set, may answer a request instead of the fake: it returns
 	// the HTTP code (0: no fault), a Retry-After value and a Status message.
 	fault func(r request) (code int, retryAfter, message string)
@@ -916,7 +918,7 @@ func (f *fakeAPI) emitOwnedLocked(history *[]watchEvent, streams *[]chan []byte,
 	ev := watchEvent{Type: typ, Object: mustJSON(obj)}
 	*history = append(*history, ev)
 	line := append(mustJSON(ev), '\n')
-	if f.ownedLag || f.claimLag && streams == &f.pvcStreams {
+	if f.ownedLag || f.claimLag && streams == &f.pvcStreams || f.svcLag && streams == &f.svcStreams {
 		f.ownedHeld = append(f.ownedHeld, heldLine{streams, line})
 	} else {
 		for _, s := range *streams {
@@ -944,7 +946,7 @@ func (f *fakeAPI) lagClaims() {
 func (f *fakeAPI) catchUpOwned() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.ownedLag, f.claimLag = false, false
+	f.ownedLag, f.claimLag, f.svcLag = false, false, false
 	for _, h := range f.ownedHeld {
 		for _, s := range *h.streams {
 			s <- h.line
