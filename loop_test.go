@@ -67,6 +67,29 @@ func TestControlLoop(t *testing.T) {
 			l.listed()
 			l.cluster("MODIFIED", "example", 1, settledStatus(1, "-example-0"))
 		}},
+		{name: "the operator's own Service and claim deletions, shown", want: map[string]int{"example": 0}, run: func(t *testing.T, f *fakeAPI, l *loop) {
+			// A scale-down deleted example-1's Service and PVC and awaits
+			// their deletion: the watches showing it is no news.
+			l.cluster("ADDED", "example", 1, settledStatus(1, "+example-0"))
+			cacheOwned(l.ctl.cache, "ADDED", "example-1")
+			l.ctl.cache.expect("default", "example", "services", "example-1", pendingWrite{gone: true})
+			l.ctl.cache.expect("default", "example", "persistentvolumeclaims", "example-1", pendingWrite{gone: true})
+			close(l.synced)
+			l.services <- ownedGone("example-1", nil)
+			l.claims <- ownedGone("example-1", &cachedClaim{claimView: claimView{Name: "example-1"}, OwnerUID: "uid-example"})
+		}},
+		{name: "a Service someone else deleted", want: map[string]int{"example": 1}, run: func(t *testing.T, f *fakeAPI, l *loop) {
+			l.cluster("ADDED", "example", 1, settledStatus(1, "+example-0"))
+			cacheOwned(l.ctl.cache, "ADDED", "example-0")
+			close(l.synced)
+			l.services <- ownedGone("example-0", nil)
+		}},
+		{name: "a claim someone else deleted", want: map[string]int{"example": 1}, run: func(t *testing.T, f *fakeAPI, l *loop) {
+			l.cluster("ADDED", "example", 1, settledStatus(1, "+example-0"))
+			cacheOwned(l.ctl.cache, "ADDED", "example-0")
+			close(l.synced)
+			l.claims <- ownedGone("example-0", &cachedClaim{claimView: claimView{Name: "example-0"}, OwnerUID: "uid-example"})
+		}},
 		{name: "a Pod the status does not list, ready", want: map[string]int{"example": 1}, run: func(t *testing.T, f *fakeAPI, l *loop) {
 			l.cluster("ADDED", "example", 1, settledStatus(1, "+example-0"))
 			close(l.synced)
@@ -134,6 +157,23 @@ func TestControlLoop(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cacheOwned puts Service and PVC name of cluster example in the cache,
+// as the watches' first lists do, before the loop reads them.
+func cacheOwned(c *cache, typ, name string) {
+	c.apply("services", event[ownedEvent]{Type: typ, Object: ownedEvent{Namespace: "default", Name: name, Cluster: "example", OwnerUID: "uid-example"}})
+	c.apply("persistentvolumeclaims", event[ownedEvent]{Type: typ, Object: ownedEvent{Namespace: "default", Name: name, Cluster: "example", OwnerUID: "uid-example",
+		Claim: &cachedClaim{claimView: claimView{Name: name}, OwnerUID: "uid-example"}}})
+	for _, r := range []string{"pods", "services", "persistentvolumeclaims"} {
+		c.apply(r, event[ownedEvent]{Type: "LISTED"})
+	}
+}
+
+// ownedGone is the DELETED event of cluster example's Service (claim nil)
+// or PVC name.
+func ownedGone(name string, claim *cachedClaim) event[ownedEvent] {
+	return event[ownedEvent]{Type: "DELETED", Object: ownedEvent{Namespace: "default", Name: name, Cluster: "example", OwnerUID: "uid-example", Claim: claim}}
 }
 
 // A new cluster costs one pass: two lists to see what exists, its seven
