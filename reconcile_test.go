@@ -708,7 +708,7 @@ func TestPassWritesOnlyNews(t *testing.T) {
 		{name: "healthy", reported: running(3)},
 		{name: "invalid spec", specs: []any{size(9)}, reported: reported("InvalidSpec")},
 		{name: "refused version", specs: []any{map[string]any{"size": 3, "version": "v3.8.0"}}, reported: reported("VersionRefused")},
-		{name: "a Pod and a Service of another cluster of the same name", reported: running(3), foreign: true},
+		{name: "a Pod, a Service and a PVC of another cluster of the same name", reported: running(3), foreign: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := settledExample(t, tc.specs, tc.reported)
@@ -722,6 +722,8 @@ func TestPassWritesOnlyNews(t *testing.T) {
 				f.objects["services/default/example-9"] = map[string]any{"metadata": meta}
 				f.objects["pods/default/example-9"] = map[string]any{"metadata": meta,
 					"spec": map[string]any{"containers": []any{map[string]any{"name": "etcd", "image": repo + ":v3.6.16"}}}}
+				f.objects["persistentvolumeclaims/default/example-9"] = map[string]any{"metadata": meta,
+					"spec": map[string]any{"resources": map[string]any{"requests": map[string]any{"storage": "8Gi"}}}, "status": map[string]any{"phase": "Bound"}}
 				f.mu.Unlock()
 			}
 			ctl := newController(f)
