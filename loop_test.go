@@ -72,8 +72,8 @@ func TestControlLoop(t *testing.T) {
 			// their deletion: the watches showing it is no news.
 			l.cluster("ADDED", "example", 1, settledStatus(1, "+example-0"))
 			cacheOwned(l.ctl.cache, "ADDED", "example-1")
-			l.ctl.cache.expect("default", "example", "services", "example-1", pendingWrite{gone: true})
-			l.ctl.cache.expect("default", "example", "persistentvolumeclaims", "example-1", pendingWrite{gone: true})
+			l.ctl.cache.awaitWrite("default", "example", "services", "example-1", pendingWrite{gone: true})
+			l.ctl.cache.awaitWrite("default", "example", "persistentvolumeclaims", "example-1", pendingWrite{gone: true})
 			close(l.synced)
 			l.services <- ownedGone("example-1", nil)
 			l.claims <- ownedGone("example-1", &cachedClaim{claimView: claimView{Name: "example-1"}, OwnerUID: "uid-example"})
@@ -411,8 +411,8 @@ func TestRestartOverWaitingClustersIsFree(t *testing.T) {
 // The Pod filter, as a rulebook: which member Pod events lead to a pass.
 func TestPodNews(t *testing.T) {
 	for _, tc := range []struct {
-		name, expect, typ, pod string
-		ready, want            bool
+		name, readiness, typ, pod string
+		ready, want               bool
 	}{
 		{"ready, as the status says", " +a-0 -a-1", "MODIFIED", "a-0", true, false},
 		{"unready, as the status says", " +a-0 -a-1", "MODIFIED", "a-1", false, false},
@@ -425,8 +425,8 @@ func TestPodNews(t *testing.T) {
 		{"a name that is a prefix of a listed one", " +a-10", "MODIFIED", "a-1", false, false},
 		{"no status yet", "", "ADDED", "a-0", false, false},
 	} {
-		if got := podNews(tc.expect, tc.typ, tc.pod, tc.ready); got != tc.want {
-			t.Errorf("%s: podNews(%q, %s, %s, ready=%v) = %v, want %v", tc.name, tc.expect, tc.typ, tc.pod, tc.ready, got, tc.want)
+		if got := podNews(tc.readiness, tc.typ, tc.pod, tc.ready); got != tc.want {
+			t.Errorf("%s: podNews(%q, %s, %s, ready=%v) = %v, want %v", tc.name, tc.readiness, tc.typ, tc.pod, tc.ready, got, tc.want)
 		}
 	}
 }
@@ -460,9 +460,9 @@ func TestDisagrees(t *testing.T) {
 	seen := map[string]bool{"a-0": true, "a-1": false}
 	ready := func(name string) (bool, bool) { r, ok := seen[name]; return r, ok }
 	for _, tc := range []struct {
-		expect  string
-		allSeen bool
-		want    bool
+		readiness string
+		allSeen   bool
+		want      bool
 	}{
 		{" +a-0 -a-1", false, false},
 		{" +a-0 +a-1", false, true},
@@ -472,8 +472,8 @@ func TestDisagrees(t *testing.T) {
 		{" +a-0 -a-2", false, false},
 		{" +a-0 -a-2", true, true}, // an unready member whose Pod went while the operator was down
 	} {
-		if got := disagrees(tc.expect, ready, tc.allSeen); got != tc.want {
-			t.Errorf("disagrees(%q, allSeen=%v) = %v, want %v", tc.expect, tc.allSeen, got, tc.want)
+		if got := disagrees(tc.readiness, ready, tc.allSeen); got != tc.want {
+			t.Errorf("disagrees(%q, allSeen=%v) = %v, want %v", tc.readiness, tc.allSeen, got, tc.want)
 		}
 	}
 }
