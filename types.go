@@ -62,16 +62,19 @@ type ownerReference struct {
 	BlockOwnerDeletion bool   `json:"blockOwnerDeletion"`
 }
 
+// ownedMeta is the metadata the operator reads of an object it owns.
+type ownedMeta struct {
+	Name              string           `json:"name"`
+	Namespace         string           `json:"namespace"`
+	ResourceVersion   string           `json:"resourceVersion"`
+	DeletionTimestamp string           `json:"deletionTimestamp"`
+	OwnerReferences   []ownerReference `json:"ownerReferences"`
+}
+
 // pod is the part of a core/v1 Pod the operator reads.
 type pod struct {
-	Metadata struct {
-		Name              string           `json:"name"`
-		Namespace         string           `json:"namespace"`
-		ResourceVersion   string           `json:"resourceVersion"`
-		DeletionTimestamp string           `json:"deletionTimestamp"`
-		OwnerReferences   []ownerReference `json:"ownerReferences"`
-	} `json:"metadata"`
-	Spec struct {
+	Metadata ownedMeta `json:"metadata"`
+	Spec     struct {
 		Containers []struct {
 			Name    string   `json:"name"`
 			Image   string   `json:"image"`
@@ -140,12 +143,7 @@ func ownerOf(refs []ownerReference) (name, uid string) {
 
 // service is the part of a core/v1 Service the operator reads.
 type service struct {
-	Metadata struct {
-		Name            string           `json:"name"`
-		Namespace       string           `json:"namespace"`
-		ResourceVersion string           `json:"resourceVersion"`
-		OwnerReferences []ownerReference `json:"ownerReferences"`
-	} `json:"metadata"`
+	Metadata ownedMeta `json:"metadata"`
 }
 
 // owner is the EtcdCluster that controls the Service, if any.
@@ -153,14 +151,8 @@ func (s *service) owner() (name, uid string) { return ownerOf(s.Metadata.OwnerRe
 
 // claim is the part of a PersistentVolumeClaim the operator reads.
 type claim struct {
-	Metadata struct {
-		Name              string           `json:"name"`
-		Namespace         string           `json:"namespace"`
-		ResourceVersion   string           `json:"resourceVersion"`
-		DeletionTimestamp string           `json:"deletionTimestamp"`
-		OwnerReferences   []ownerReference `json:"ownerReferences"`
-	} `json:"metadata"`
-	Spec struct {
+	Metadata ownedMeta `json:"metadata"`
+	Spec     struct {
 		Resources struct {
 			Requests struct {
 				Storage string `json:"storage"`
