@@ -5,9 +5,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // What the Pod watcher keeps of a Pod: its cluster (from its controlling
@@ -135,5 +138,123 @@ func TestObserveClusterVersion(t *testing.T) {
 				t.Errorf("ClusterVersion %q after %d GETs of /version, want %q after %d", obs.Etcd.ClusterVersion, versionAsked()-before, tc.want, tc.asked)
 			}
 		})
+	}
+}
+
+// The member list comes from the leader, as a linearizable read: a
+// follower's list, or a serializable one, may not show a membership
+// change yet. Leadership is moved away from the first member, so that the
+// leader is not merely the first Pod asked.
+func TestObserveAsksTheLeaderForTheMembers(t *testing.T) {
+	f := settledExample(t, nil, running(3))
+	f.mu.Lock()
+	e := f.etcds["default/example"]
+	e.Leader = e.member("example-2").ID
+	f.mu.Unlock()
+	ctl := newController(f)
+	ec, err := decodeCluster(mustJSON(f.cluster("default", "example")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := f.requestCount()
+	obs, err := ctl.observe(context.Background(), ec, "example", "3.6.16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lists []string
+	for _, r := range f.requestsSince(mark) {
+		if strings.HasSuffix(r.Path, "/proxy/v3/cluster/member/list") {
+			lists = append(lists, r.Path+" "+r.Body)
+		}
+	}
+	want := []string{`/api/v1/namespaces/default/pods/example-2:2379/proxy/v3/cluster/member/list {"linearizable":true}`}
+	if !slices.Equal(lists, want) {
+		t.Errorf("member lists asked: %q, want %q", lists, want)
+	}
+	if obs.Etcd.LeaderPod != "example-2" || len(obs.Etcd.Members) != 3 {
+		t.Errorf("leader Pod %q, %d members; want example-2 and 3", obs.Etcd.LeaderPod, len(obs.Etcd.Members))
+	}
+}
+
+// A member whose proxied request hangs (its node cut off) does not hold up
+// the pass that reports it: each request to a member is bounded by
+// etcdTimeout, not by the API client's own timeout.
+func TestObserveBoundsEachMemberRequest(t *testing.T) {
+	f := settledExample(t, nil, running(3))
+	ctl := newController(f)
+	ec, err := decodeCluster(mustJSON(f.cluster("default", "example")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		hangs func(r request) bool
+		known string // the status's currentVersion: "" asks etcd's cluster version
+		check func(obs observed) string
+	}{
+		{name: "status", known: "3.6.16",
+			hangs: func(r request) bool { return strings.HasSuffix(r.Path, "/example-1:2379/proxy/v3/maintenance/status") },
+			check: func(obs observed) string {
+				if !slices.Equal(obs.Etcd.AnsweredPods, []string{"example-0", "example-2"}) {
+					return fmt.Sprintf("answered %v, want example-0 and example-2", obs.Etcd.AnsweredPods)
+				}
+				return ""
+			}},
+		{name: "version",
+			hangs: func(r request) bool { return strings.HasSuffix(r.Path, "/example-0:2379/proxy/version") },
+			check: func(obs observed) string {
+				if obs.Etcd.ClusterVersion != "3.6.0" {
+					return fmt.Sprintf("cluster version %q, want 3.6.0 from the next member", obs.Etcd.ClusterVersion)
+				}
+				return ""
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f.setFault(func(r request) (int, string, string) {
+				if tc.hangs(r) {
+					<-r.Ctx.Done()
+				}
+				return 0, "", ""
+			})
+			defer f.setFault(nil)
+			// Bounded here too, so that a pass that waits for good fails.
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			start := time.Now()
+			obs, err := ctl.observe(ctx, ec, "example", tc.known)
+			took := time.Since(start)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if took > etcdTimeout+5*time.Second {
+				t.Errorf("observe took %v with one request hanging; want about etcdTimeout (%v)", took.Round(time.Millisecond), etcdTimeout)
+			}
+			if msg := tc.check(obs); msg != "" {
+				t.Error(msg)
+			}
+		})
+	}
+}
+
+// A Pod still there longer than overdue after the end of its grace period
+// (its deletionTimestamp) is overdue: its node is gone, and decide may
+// replace the member. One not being deleted never is.
+func TestPodOverdue(t *testing.T) {
+	end := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var deleting, alive pod
+	deleting.Metadata.DeletionTimestamp = end.Format(time.RFC3339)
+	for _, tc := range []struct {
+		p    *pod
+		now  time.Time
+		want bool
+	}{
+		{&deleting, end.Add(-time.Second), false},
+		{&deleting, end.Add(overdue), false},
+		{&deleting, end.Add(overdue + time.Second), true},
+		{&alive, end.Add(time.Hour), false},
+	} {
+		if got := tc.p.cached().view(tc.now).Overdue; got != tc.want {
+			t.Errorf("deletionTimestamp %q, %v after %v: overdue %v, want %v", tc.p.Metadata.DeletionTimestamp, tc.now.Sub(end), end, got, tc.want)
+		}
 	}
 }
