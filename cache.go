@@ -245,13 +245,21 @@ func (c *cache) shows(o *owned, resource, name string, x pendingWrite) bool {
 		if x.gone {
 			return cl == nil || cl.Deleting
 		}
-		return cl != nil && cl.OwnerUID == x.uid && (x.size == "" || cl.Size == x.size)
+		return cl != nil && cl.OwnerUID == x.uid && (x.size == "" || sameSize(cl.Size, x.size))
 	}
 	p := o.pods[name]
 	if x.gone {
 		return p == nil || p.Deleting
 	}
 	return p != nil && p.OwnerUID == x.uid && (x.image == "" || p.Image == x.image)
+}
+
+// sameSize reports two quantities of the same size: the API server
+// answers with its canonical form (10240Mi comes back as 10Gi).
+func sameSize(a, b string) bool {
+	m, okA := bytesOf(a)
+	n, okB := bytesOf(b)
+	return a == b || okA && okB && m == n
 }
 
 // awaitWrite records the operator's own write: the watch must show it before

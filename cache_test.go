@@ -95,6 +95,13 @@ func TestCacheObjects(t *testing.T) {
 		{name: "a claim's growth shown", ok: true, claims: []string{"example-0"},
 			events: []func(c *cache){listed, claim("ADDED", "example-0", "u", "8Gi", false), expect("persistentvolumeclaims", "example-0", pendingWrite{uid: "u", size: "10Gi"}),
 				claim("MODIFIED", "example-0", "u", "10Gi", false)}},
+		// The API server answers with a quantity in its canonical form.
+		{name: "a claim's growth shown in the API server's form", ok: true, claims: []string{"example-0"},
+			events: []func(c *cache){listed, claim("ADDED", "example-0", "u", "8Gi", false), expect("persistentvolumeclaims", "example-0", pendingWrite{uid: "u", size: "10240Mi"}),
+				claim("MODIFIED", "example-0", "u", "10Gi", false)}},
+		{name: "a claim's growth to another size is not shown",
+			events: []func(c *cache){listed, claim("ADDED", "example-0", "u", "8Gi", false), expect("persistentvolumeclaims", "example-0", pendingWrite{uid: "u", size: "10241Mi"}),
+				claim("MODIFIED", "example-0", "u", "10Gi", false)}},
 		{name: "a claim's delete shown: a Pod still uses it, and it is terminating", ok: true, claims: []string{"example-0"},
 			events: []func(c *cache){listed, claim("ADDED", "example-0", "u", "8Gi", false), expect("persistentvolumeclaims", "example-0", pendingWrite{gone: true}),
 				claim("MODIFIED", "example-0", "u", "8Gi", true)}},
@@ -390,6 +397,11 @@ func TestOwnWriteAwaitedOnItsWatch(t *testing.T) {
 			do: func(f *fakeAPI) {
 				f.putCluster("default", "example", map[string]any{"size": 3, "storage": map[string]any{"size": "10Gi"}})
 			}, done: statusCheck{"Running 3/3 at generation 2", func(st clusterStatus) bool { return running(3).ok(st) && st.ObservedGeneration == 2 }}},
+		// The API server stores 10240Mi as 10Gi, and the watch shows that.
+		{name: "a claim asked to grow, in other units than the API server's", lag: claims, method: "PATCH", path: "/api/v1/namespaces/default/persistentvolumeclaims/example-0",
+			do: func(f *fakeAPI) {
+				f.putCluster("default", "example", map[string]any{"size": 3, "storage": map[string]any{"size": "10240Mi"}})
+			}, done: statusCheck{"Running 3/3 at generation 2", func(st clusterStatus) bool { return running(3).ok(st) && st.ObservedGeneration == 2 }}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, op := idleExample(t)
@@ -430,6 +442,11 @@ func TestOwnWriteAwaitedOnItsWatch(t *testing.T) {
 			f.mu.Unlock()
 			if n != 1 {
 				t.Errorf("%s %s sent %d times, want once", tc.method, tc.path, n)
+			}
+			// Once the watch caught up, it showed the write: no pass had to
+			// give up on it and list.
+			if n := op.logged("listing instead"); n != 0 {
+				t.Errorf("%d passes listed instead of waiting for the watch to show the write", n)
 			}
 		})
 	}

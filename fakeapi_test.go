@@ -630,6 +630,7 @@ func (f *fakeAPI) serveCore(w http.ResponseWriter, r *http.Request, req request,
 		var p any
 		_ = json.Unmarshal([]byte(req.Body), &p)
 		obj = mergePatch(obj, p)
+		canonicalStorage(obj)
 		obj["metadata"].(map[string]any)["resourceVersion"] = f.nextRV()
 		f.objects["persistentvolumeclaims/"+ns+"/"+rest[0]] = obj
 		f.emitOwnedLocked(&f.pvcHistory, &f.pvcStreams, "MODIFIED", obj)
@@ -716,6 +717,7 @@ func (f *fakeAPI) serveCore(w http.ResponseWriter, r *http.Request, req request,
 		} else if resource == "persistentvolumeclaims" {
 			// Bound at once, as with a provisioner that binds on creation.
 			obj["status"] = map[string]any{"phase": "Bound"}
+			canonicalStorage(obj)
 			f.emitOwnedLocked(&f.pvcHistory, &f.pvcStreams, "ADDED", obj)
 		} else {
 			f.emitOwnedLocked(&f.svcHistory, &f.svcStreams, "ADDED", obj)
@@ -758,6 +760,26 @@ func writeStatus(w http.ResponseWriter, code int, reason, message string) {
 	w.WriteHeader(code)
 	w.Write(mustJSON(map[string]any{"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{},
 		"status": "Failure", "message": message, "reason": reason, "code": code}))
+}
+
+// canonicalStorage writes a claim's requested size as the API server
+// stores a quantity: in binary units, the largest that keeps it whole
+// (10240Mi is 10Gi).
+func canonicalStorage(claim map[string]any) {
+	spec, _ := claim["spec"].(map[string]any)
+	res, _ := spec["resources"].(map[string]any)
+	req, _ := res["requests"].(map[string]any)
+	q, _ := req["storage"].(string)
+	n, ok := bytesOf(q)
+	if !ok || !strings.HasSuffix(q, "i") || n == 0 {
+		return
+	}
+	units := []string{"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"}
+	i := 0
+	for ; i < len(units)-1 && n%1024 == 0; i++ {
+		n /= 1024
+	}
+	req["storage"] = strconv.FormatInt(n, 10) + units[i]
 }
 
 // mergePatch applies an RFC 7386 JSON merge patch.
