@@ -703,6 +703,9 @@ func (f *fakeAPI) serveCore(w http.ResponseWriter, r *http.Request, req request,
 		f.objects[key] = obj
 		f.notify()
 		if resource == "pods" {
+			// The API server makes every new Pod Pending; the kubelet
+			// says more once it has it.
+			obj["status"] = map[string]any{"phase": "Pending"}
 			unbound := f.unboundClaimLocked(ns, obj)
 			if unbound != "" {
 				// The scheduler keeps a Pod whose PVC is missing or being

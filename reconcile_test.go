@@ -130,8 +130,13 @@ func TestCreatesCluster(t *testing.T) {
 	if marked != 1 {
 		t.Errorf("the cluster ID annotation written %d times, want once", marked)
 	}
-	if want := []string{phaseCreating, phaseRunning}; !slices.Equal(patches, want) {
-		t.Errorf("status phases written = %v, want %v", patches, want)
+	// A pass may see the last Pod before the kubelet's first word on it
+	// (the watch shows the create first, as the API server does): the
+	// cluster has formed with a voter not yet running, which is Degraded,
+	// and says so once. Nothing else is written between.
+	phases := strings.Join(patches, " ")
+	if phases != "Creating Running" && phases != "Creating Degraded Running" {
+		t.Errorf("status phases written = %v, want Creating, Running (with Degraded between at most once)", patches)
 	}
 
 	f.waitFor("an event", func() bool { return len(f.events) >= 1 })
