@@ -62,7 +62,7 @@ type owned struct {
 	pods   map[string]*cachedPod
 	svcs   map[string]*cachedService
 	claims map[string]*cachedClaim
-	writes map[string]pendingWrite // awaited, by "pods/NAME" or "services/NAME"
+	writes map[string]pendingWrite // awaited, by "RESOURCE/NAME"
 }
 
 // pendingWrite is what the watch must show of an object after the
