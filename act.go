@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/etcd-operator/etcd-operator/internal/kube"
 )
@@ -45,6 +46,8 @@ func (c *controller) act(ctx context.Context, s step) (outcome, error) {
 		}
 		c.cache.awaitWrite(s.Namespace, s.Cluster, s.Delete, s.Member, pendingWrite{gone: true})
 		return stepDone, nil
+	case s.Renew != nil:
+		return c.renewSecret(ctx, log, s)
 	case s.Patch != nil:
 		if _, err := c.client.Do(ctx, http.MethodPatch, s.Patch.Path, s.Patch.Body, s.Patch.ContentType); err != nil {
 			return stepDone, fmt.Errorf("%s %s: %w", patchFailed[s.Action], s.Member, err)
@@ -66,9 +69,18 @@ func (c *controller) act(ctx context.Context, s step) (outcome, error) {
 func (c *controller) createAll(ctx context.Context, log *slog.Logger, s step) (outcome, error) {
 	out := stepNoop
 	for _, o := range s.Create {
+		if o.Secret != nil {
+			var err error
+			if o.Body, err = o.Secret.body(time.Now()); err != nil {
+				return stepDone, err
+			}
+		}
 		created, err := c.create(ctx, log, s.Namespace, s.Owner, o)
 		if err != nil {
 			return stepDone, err
+		}
+		if o.Resource == "secrets" {
+			continue // read with a LIST each pass (observeTLS), not watched
 		}
 		c.cache.awaitWrite(s.Namespace, s.Cluster, o.Resource, o.Name, pendingWrite{uid: s.Owner})
 		if created {
@@ -84,6 +96,7 @@ func (c *controller) changeMembers(ctx context.Context, log *slog.Logger, s step
 	err := c.etcd(ctx, s.Namespace, s.Etcd.Pod, s.Etcd.Path, s.Etcd.Body, nil)
 	switch {
 	case s.Action == actAddMember && etcdRefused(err, "already exists"),
+		s.Action == actAddRootUser && etcdRefused(err, "user name already exists"),
 		s.Action == actPromote && etcdRefused(err, "can only promote a learner member"),
 		s.Action == actRemoveMember && etcdRefused(err, "member not found"):
 		return stepNoop, nil // an earlier pass did it: the next look sees it
@@ -117,6 +130,24 @@ var membershipChange = map[string]struct{ done, failed string }{
 	actPromote:      {"learner promoted to a voting member", "promote member %s"},
 	actRemoveMember: {"member removed from etcd", "remove member %s from etcd"},
 	actMoveLeader:   {"leadership handed over", "hand leadership to %s"},
+	actAddRootUser:  {"etcd's user root added", "add etcd's user root%s"},
+	actGrantRoot:    {"etcd's user root granted the role root", "grant etcd's user root the role root%s"},
+	actEnableAuth:   {"etcd's authentication turned on", "turn on etcd's authentication%s"},
+}
+
+// renewSecret writes a new key and certificate into a member's Secret: a
+// JSON merge patch of its data, so that nothing else in it changes.
+func (c *controller) renewSecret(ctx context.Context, log *slog.Logger, s step) (outcome, error) {
+	_, data, err := s.Renew.data(time.Now())
+	if err != nil {
+		return stepDone, fmt.Errorf("renew secret %s: %w", s.Renew.Name, err)
+	}
+	p := corePath(s.Namespace, "secrets") + "/" + url.PathEscape(s.Renew.Name)
+	if _, err := c.client.Do(ctx, http.MethodPatch, p, mustJSON(map[string]any{"data": data}), "application/merge-patch+json"); err != nil {
+		return stepDone, fmt.Errorf("renew secret %s: %w", s.Renew.Name, err)
+	}
+	log.Info("certificate renewed", "secret", s.Renew.Name)
+	return stepDone, nil
 }
 
 // delete deletes one object; one already gone counts as deleted.

@@ -243,6 +243,9 @@ func (c *controller) snapshotMember(ctx context.Context, ec *EtcdCluster) (strin
 		if _, uid := p.owner(); uid != ec.Metadata.UID || p.Status.Phase != "Running" || !p.ready() || p.Metadata.DeletionTimestamp != "" {
 			continue
 		}
+		if err := c.knowLogin(ctx, ec, &p); err != nil {
+			return "", 0, err
+		}
 		var st memberRevision
 		if err := c.etcd(ctx, ns, p.Metadata.Name, "/v3/maintenance/status", struct{}{}, &st); err != nil {
 			c.log.Debug("member did not answer; not snapshotting it", "pod", ns+"/"+p.Metadata.Name, "err", err)
@@ -398,8 +401,13 @@ func (h *hashingReader) Read(b []byte) (int, error) {
 // reads the stream's first message, which gives its size. The caller
 // closes the reader.
 func (c *controller) openSnapshot(ctx context.Context, ns, podName string) (*snapshot.Reader, error) {
-	p := "/api/v1/namespaces/" + url.PathEscape(ns) + "/pods/" + url.PathEscape(podName) + fmt.Sprintf(":%d/proxy", clientPort) + "/v3/maintenance/snapshot"
-	body, err := c.client.Stream(ctx, http.MethodPost, p, []byte("{}"), "application/json")
+	p := etcdPath(ns, podName, c.logins.get(ns, podName).https) + "/v3/maintenance/snapshot"
+	l := c.logins.get(ns, podName)
+	actx, err := c.authenticated(ctx, ns, podName, l.password != "" && l.token == "")
+	if err != nil {
+		return nil, err
+	}
+	body, err := c.client.Stream(actx, http.MethodPost, p, []byte("{}"), "application/json")
 	if err != nil {
 		return nil, err
 	}

@@ -81,16 +81,22 @@ const (
 	reasonWaitingForClaim       = "WaitingForClaimDeletion"
 	reasonExpandingVolume       = "ExpandingVolume"
 	reasonRestoreFailed         = "RestoreFailed"
+	reasonBadSecret             = "BadSecret"
+	reasonRenewingCertificate   = "RenewingCertificate"
+	reasonTLSSwitchUnsupported  = "TLSSwitchUnsupported"
+	reasonEnablingAuth          = "EnablingAuth"
 
 	// Events only.
-	reasonClusterCreated  = "ClusterCreated"
-	reasonMemberCreated   = "MemberCreated"
-	reasonMemberAdded     = "MemberAdded"
-	reasonMemberRemoved   = "MemberRemoved"
-	reasonMemberReplaced  = "MemberReplaced"
-	reasonMemberUpgraded  = "MemberUpgraded"
-	reasonMemberPromoted  = "MemberPromoted"
-	reasonMemberRestarted = "MemberRestarted"
+	reasonClusterCreated     = "ClusterCreated"
+	reasonMemberCreated      = "MemberCreated"
+	reasonMemberAdded        = "MemberAdded"
+	reasonMemberRemoved      = "MemberRemoved"
+	reasonMemberReplaced     = "MemberReplaced"
+	reasonMemberUpgraded     = "MemberUpgraded"
+	reasonMemberPromoted     = "MemberPromoted"
+	reasonMemberRestarted    = "MemberRestarted"
+	reasonCertificateRenewed = "CertificateRenewed"
+	reasonAuthEnabled        = "AuthEnabled"
 )
 
 // steady: nothing to do: Running, or Degraded while the kubelet restarts a

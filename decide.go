@@ -70,6 +70,8 @@ type podView struct {
 	// InitialCluster and State are the etcd flags the Pod was created
 	// with: they tell a bootstrap Pod (state "new") from a joining one.
 	InitialCluster, State string
+	// TLS: etcd runs with the TLS flags of spec.tls (tls.go).
+	TLS bool
 	// Claim is the PVC holding the member's data; "" on emptyDir.
 	Claim string
 	// DataLost is what etcd said as it last exited, when that shows its
@@ -83,9 +85,11 @@ type memberView struct {
 	ID       string // 64-bit member ID, as the JSON gateway writes it: decimal
 	Name     string // empty until the member has started
 	PeerHost string // host of its peer URL: the member's Pod and Service name
-	Learner  bool
-	Answered bool   // it answered /v3/maintenance/status
-	Version  string // etcd's version, as it reported it (3.6.16)
+	// PeerHTTPS: its peer URL is https (spec.tls).
+	PeerHTTPS bool
+	Learner   bool
+	Answered  bool   // it answered /v3/maintenance/status
+	Version   string // etcd's version, as it reported it (3.6.16)
 }
 
 // etcdView is what etcd said during one pass.
@@ -107,6 +111,9 @@ type etcdView struct {
 	// ClusterVersion is etcd's cluster version (major.minor.0), asked
 	// only while a listed member does not answer.
 	ClusterVersion string
+	// Auth is the leader's word on authentication, asked with spec.tls
+	// only (auth.go); nil when not asked or not answered.
+	Auth *authView
 }
 
 // observed is everything a pass saw of one cluster.
@@ -118,6 +125,9 @@ type observed struct {
 	// Restore is what a pass found reading spec.restore's backup, when it
 	// had to (restore.go).
 	Restore *restoreCheck
+	// TLS is what the cluster's Secrets hold, read with spec.tls or while
+	// a member runs TLS (tls.go); nil otherwise.
+	TLS *tlsView
 }
 
 // input is the EtcdCluster as decide needs it.
@@ -165,6 +175,14 @@ const (
 	actRestartMember = "RestartMember" // make a member's Pod again on its volume
 	actDeleteClaim   = "DeleteClaim"
 	actExpandVolume  = "ExpandVolume" // ask for a larger PVC
+
+	actCreateCA         = "CreateCA"         // make the cluster's CA (tls.go)
+	actIssueCertificate = "IssueCertificate" // create a member's certificate Secret
+	actRenewCertificate = "RenewCertificate" // new key and certificate into it
+	actAddRootUser      = "AddRootUser"      // etcd's user root (auth.go)
+	actGrantRoot        = "GrantRootRole"
+	actCreateRootSecret = "CreateRootSecret" // the root password's Secret
+	actEnableAuth       = "EnableAuth"
 )
 
 // annotationClusterID holds, on the EtcdCluster, the ID of the etcd cluster
@@ -188,10 +206,11 @@ type step struct {
 	// The requests. Namespace and Cluster say where; Owner is the uid that
 	// an existing object (409) must name as its controller.
 	Namespace, Cluster, Owner string
-	Create                    []object     // POSTed in order
-	Etcd                      *etcdRequest // sent to the leader's JSON gateway
-	Delete                    string       // "pods", "services" or "persistentvolumeclaims": Member's object is deleted
-	Patch                     *patch       // a PATCH of one object
+	Create                    []object      // POSTed in order
+	Etcd                      *etcdRequest  // sent to the leader's JSON gateway
+	Delete                    string        // "pods", "services" or "persistentvolumeclaims": Member's object is deleted
+	Patch                     *patch        // a PATCH of one object
+	Renew                     *secretToMake // new keys into an existing Secret (tls.go)
 
 	// Again asks for another pass after this long even if no event comes:
 	// used only while waiting for something no Kubernetes object shows
@@ -208,8 +227,10 @@ type step struct {
 
 // object is one object to create.
 type object struct {
-	Resource, Name string // "pods" or "services"
+	Resource, Name string // "pods", "services", "persistentvolumeclaims" or "secrets"
 	Body           []byte
+	// Secret, instead of Body: a Secret whose keys act makes (tls.go).
+	Secret *secretToMake
 }
 
 // etcdRequest is one POST to etcd's v3 JSON gateway.
@@ -237,6 +258,9 @@ func decide(in input, obs observed) (clusterStatus, step) {
 	d.finish()
 	if s.Action == actNone {
 		s.News = append(s.News, d.cannotProceed()...)
+		if next := d.renewIn(); next > 0 && (s.Again == 0 || next < s.Again) {
+			s.Again = next
+		}
 	}
 	if s.Action != actNone {
 		s.Namespace, s.Cluster, s.Owner = in.Namespace, in.Name, in.UID
@@ -295,6 +319,7 @@ func (d *decision) ladder() step {
 		return d.bootstrap()
 	}
 	d.reportMembers()
+	d.reportTLS()
 	s := d.operate()
 	if mark, ok := d.markFormed(); ok {
 		return mark // the status stays what the ladder says
@@ -308,11 +333,13 @@ func (d *decision) operate() step {
 		d.setAvailable(true, reasonQuorumReady, "")
 	}
 	for _, r := range []rule{
+		(*decision).certificates,
 		(*decision).repairImages,
 		(*decision).restartOnVolumes,
 		(*decision).needQuorum,
 		(*decision).removeLeftovers,
 		(*decision).createClientService,
+		(*decision).enableAuth,
 		(*decision).learners,
 		(*decision).replaceLostMembers,
 		(*decision).resize,
@@ -323,7 +350,9 @@ func (d *decision) operate() step {
 			return s
 		}
 	}
-	return d.steady()
+	s := d.steady()
+	d.noteTLSSwitch()
+	return s
 }
 
 // invalidSpec: a spec that cannot be read changes nothing; the status says
@@ -389,6 +418,9 @@ func (d *decision) bootstrap() step {
 	if s, ok := d.checkRestore(); ok {
 		return s
 	}
+	if s, ok := d.tlsCA(); ok {
+		return s
+	}
 	if s, ok := d.createMissing(names); ok {
 		return s
 	}
@@ -417,7 +449,7 @@ func (d *decision) createMissing(names []string) (step, bool) {
 		}
 	}
 	switch {
-	case len(missing) == 0:
+	case len(missing) == 0 && len(d.missingSecrets(names)) == 0:
 		return step{}, false
 	case d.formed():
 		msg := fmt.Sprintf("the cluster has formed (%s), but no member answers the operator, so it creates nothing: a member made again as new would lose what it acknowledged", d.podSummary(names))
@@ -483,23 +515,25 @@ func (d *decision) bootstrapStep(names []string) step {
 	plan := d.plan(d.image())
 	s := step{Action: actBootstrap, Members: names, Image: plan.Image}
 	for _, m := range names {
-		s.Create = append(s.Create, object{"services", m, plan.memberService(m)})
+		s.Create = append(s.Create, object{Resource: "services", Name: m, Body: plan.memberService(m)})
 	}
-	s.Create = append(s.Create, object{"services", d.clientService(), plan.clientService()})
+	s.Create = append(s.Create, object{Resource: "services", Name: d.clientService(), Body: plan.clientService()})
 	for _, m := range names {
 		if !plan.Storage.EmptyDir {
-			s.Create = append(s.Create, object{"persistentvolumeclaims", m, plan.memberClaim(m)})
+			s.Create = append(s.Create, object{Resource: "persistentvolumeclaims", Name: m, Body: plan.memberClaim(m)})
 		}
 	}
 	// One Event for the cluster, not one per member: a burst of new
 	// clusters costs the API server their objects, not four Events each.
 	s.News = []notice{{eventNormal, reasonClusterCreated, fmt.Sprintf("creating %d members (a Pod and a Service each): %s; clients will use Service %s", len(names), strings.Join(names, ", "), d.clientService()) + d.namesNote()}}
+	// The Secrets a member's Pod mounts come before it.
+	s.Create = append(s.Create, d.missingSecrets(names)...)
 	peers := make([]peer, len(names))
 	for i, m := range names {
 		peers[i] = peer{m, m}
 	}
 	for _, m := range names {
-		s.Create = append(s.Create, object{"pods", m, plan.memberPod(m, initialCluster(peers))})
+		s.Create = append(s.Create, object{Resource: "pods", Name: m, Body: plan.memberPod(m, initialCluster(peers, plan.TLS != nil))})
 	}
 	return s
 }
@@ -606,7 +640,7 @@ func (d *decision) createClientService() (step, bool) {
 	}
 	plan := d.plan(d.image())
 	return d.progress(phaseReplacing, reasonCreatingClientService, fmt.Sprintf("creating the client Service %s", d.clientService()),
-		step{Action: actCreateClient, Create: []object{{"services", d.clientService(), plan.clientService()}}}), true
+		step{Action: actCreateClient, Create: []object{{Resource: "services", Name: d.clientService(), Body: plan.clientService()}}}), true
 }
 
 // learners: a joining member: etcd knows it (added as a learner) and it has
@@ -722,7 +756,7 @@ func (d *decision) joinList() string {
 	for _, o := range d.obs.Etcd.Members {
 		peers = append(peers, peer{o.member(), o.PeerHost})
 	}
-	return initialCluster(peers)
+	return initialCluster(peers, d.tls() != nil)
 }
 
 // sameMembers reports whether two --initial-cluster lists name the same
@@ -746,12 +780,12 @@ func sameMembers(a, b string) bool {
 func (d *decision) startStep(m memberView) step {
 	plan := d.plan(d.image())
 	ic := d.joinList()
-	create := []object{{"services", m.PeerHost, plan.memberService(m.PeerHost)}}
+	create := []object{{Resource: "services", Name: m.PeerHost, Body: plan.memberService(m.PeerHost)}}
 	if !plan.Storage.EmptyDir {
-		create = append(create, object{"persistentvolumeclaims", m.PeerHost, plan.memberClaim(m.PeerHost)})
+		create = append(create, object{Resource: "persistentvolumeclaims", Name: m.PeerHost, Body: plan.memberClaim(m.PeerHost)})
 	}
 	return step{Action: actStartMember, Member: m.PeerHost, Image: plan.Image, InitialCluster: ic,
-		Create: append(create, object{"pods", m.PeerHost, plan.joiningPod(m.PeerHost, ic)}),
+		Create: append(create, object{Resource: "pods", Name: m.PeerHost, Body: plan.joiningPod(m.PeerHost, ic)}),
 		News:   []notice{{eventNormal, reasonMemberCreated, fmt.Sprintf("created member %s (Pod and Service %s), joining as a learner", m.PeerHost, m.PeerHost)}}}
 }
 
@@ -859,7 +893,7 @@ func (d *decision) resize() (step, bool) {
 			// A removed member's volume: the new member gets a fresh one.
 			return d.wait(d.phaseFor(name), reasonWaitingForClaim, fmt.Sprintf("adding member %s waits for its old volume claim to be gone", name)), true
 		}
-		s := d.etcdStep(actAddMember, name, "", "/v3/cluster/member/add", map[string]any{"peerURLs": []string{peerURL(name)}, "isLearner": true})
+		s := d.etcdStep(actAddMember, name, "", "/v3/cluster/member/add", map[string]any{"peerURLs": []string{peerURL(name, d.tls() != nil)}, "isLearner": true})
 		s.News = []notice{{eventNormal, reasonMemberAdded, fmt.Sprintf("member %s added to etcd as a learner", name)}}
 		return d.progress(d.phaseFor(name), reasonAddingMember, fmt.Sprintf("adding member %s as a learner (%d of %d members)", name, len(members)+1, size), s), true
 	case len(members) > size:
@@ -955,6 +989,7 @@ func (d *decision) plan(image string) clusterPlan {
 	p := newClusterPlan(objectMeta{Name: d.in.Name, Namespace: d.in.Namespace, UID: d.in.UID}, image)
 	p.Storage = d.in.Spec.Storage
 	p.Restore, p.OperatorImage = d.in.Spec.Restore, d.in.OperatorImage
+	p.TLS = d.tls()
 	return p
 }
 

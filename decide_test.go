@@ -363,7 +363,7 @@ func TestNeverStuck(t *testing.T) {
 		for _, n := range names {
 			peers = append(peers, peer{n, n})
 		}
-		return initialCluster(peers)
+		return initialCluster(peers, false)
 	}
 	// joining adds example-i to etcd as an unstarted learner with a Pod
 	// created from the member list ic.

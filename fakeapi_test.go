@@ -587,8 +587,7 @@ func (f *fakeAPI) dropStream(streams *[]chan []byte, ch chan []byte) {
 
 // serveCore handles services, pods and events in namespace ns.
 func (f *fakeAPI) serveCore(w http.ResponseWriter, r *http.Request, req request, ns, resource string, rest []string) {
-	if !slices.Contains([]string{"services", "pods", "events", "persistentvolumeclaims", "secrets"}, resource) ||
-		resource == "secrets" && (r.Method != "GET" || len(rest) != 1) {
+	if !slices.Contains([]string{"services", "pods", "events", "persistentvolumeclaims", "secrets"}, resource) {
 		writeStatus(w, 404, "NotFound", "the server could not find the requested resource")
 		return
 	}
@@ -600,7 +599,24 @@ func (f *fakeAPI) serveCore(w http.ResponseWriter, r *http.Request, req request,
 	defer f.mu.Unlock()
 	switch {
 	case resource == "pods" && len(rest) >= 2 && strings.HasSuffix(rest[0], fmt.Sprintf(":%d", clientPort)) && rest[1] == "proxy" && (r.Method == "POST" || r.Method == "GET"):
-		f.serveEtcdLocked(w, ns, strings.TrimSuffix(rest[0], fmt.Sprintf(":%d", clientPort)), "/"+strings.Join(rest[2:], "/"), req.Body)
+		name, https := strings.CutPrefix(strings.TrimSuffix(rest[0], fmt.Sprintf(":%d", clientPort)), "https:")
+		f.serveEtcdLocked(w, ns, name, https, "/"+strings.Join(rest[2:], "/"), req.Body, r.Header.Get("Grpc-Metadata-Token"))
+	case r.Method == "PATCH" && len(rest) == 1 && resource == "secrets":
+		if req.ContentType != "application/merge-patch+json" {
+			writeStatus(w, 415, "UnsupportedMediaType", "the body of the request was in an unknown format")
+			return
+		}
+		obj, ok := f.objects["secrets/"+ns+"/"+rest[0]]
+		if !ok {
+			writeStatus(w, 404, "NotFound", fmt.Sprintf("secrets %q not found", rest[0]))
+			return
+		}
+		var p any
+		_ = json.Unmarshal([]byte(req.Body), &p)
+		obj = mergePatch(obj, p)
+		obj["metadata"].(map[string]any)["resourceVersion"] = f.nextRV()
+		f.objects["secrets/"+ns+"/"+rest[0]] = obj
+		w.Write(mustJSON(obj))
 	case r.Method == "DELETE" && len(rest) == 1 && resource != "events":
 		key := resource + "/" + ns + "/" + rest[0]
 		obj, ok := f.objects[key]
@@ -613,6 +629,8 @@ func (f *fakeAPI) serveCore(w http.ResponseWriter, r *http.Request, req request,
 			f.deletePodLocked(ns, rest[0])
 		case "persistentvolumeclaims":
 			f.deleteClaimLocked(ns, rest[0])
+		case "secrets":
+			delete(f.objects, key)
 		default:
 			f.deleteServiceLocked(key)
 		}
@@ -722,7 +740,7 @@ func (f *fakeAPI) serveCore(w http.ResponseWriter, r *http.Request, req request,
 			obj["status"] = map[string]any{"phase": "Bound"}
 			canonicalStorage(obj)
 			f.emitOwnedLocked(&f.pvcHistory, &f.pvcStreams, "ADDED", obj)
-		} else {
+		} else if resource == "services" {
 			f.emitOwnedLocked(&f.svcHistory, &f.svcStreams, "ADDED", obj)
 		}
 		w.WriteHeader(201)
@@ -845,6 +863,8 @@ func (f *fakeAPI) collectGarbage(ns, uid string) {
 			f.deletePodLocked(ns, name)
 		case "persistentvolumeclaims":
 			f.deleteClaimLocked(ns, name)
+		case "secrets":
+			delete(f.objects, key)
 		default:
 			f.deleteServiceLocked(key)
 		}

@@ -33,6 +33,35 @@ type fakeEtcd struct {
 	nextID    uint64
 	// Leader is the member leadership was handed to, if it still can lead.
 	Leader uint64
+	// TLS: the members were started with spec.tls's flags; they answer
+	// https only, and their peer URLs are https.
+	TLS  bool
+	auth fakeAuth
+}
+
+// fakeAuth is etcd's authentication: the user root and simple tokens,
+// each known to the member that gave it.
+type fakeAuth struct {
+	Enabled            bool
+	RootUser, RootRole bool
+	Password           string
+	tokens             map[string]string // token -> member host
+	issued             int
+}
+
+// authRefusal is etcd's word on a request's token, "" if it may pass.
+func (e *fakeEtcd) authRefusal(path, token, host string) string {
+	switch {
+	// etcd asks no credentials for a member's status or the member
+	// list: they go past its auth checks.
+	case !e.auth.Enabled || path == "/v3/auth/authenticate" || path == "/v3/maintenance/status" || path == "/v3/cluster/member/list":
+		return ""
+	case token == "":
+		return "etcdserver: user name is empty"
+	case e.auth.tokens[token] != host:
+		return "etcdserver: invalid auth token"
+	}
+	return ""
 }
 
 func (e *fakeEtcd) member(host string) *fakeMember {
@@ -52,6 +81,7 @@ type fakeProc struct {
 	// LastWords: etcd exits at every start saying this (its data was
 	// wiped); the kubelet shows CrashLoopBackOff and keeps the words.
 	LastWords string
+	TLS       bool // serves https only
 }
 
 // disableNode leaves the Pods the operator creates Pending, as with no
@@ -127,11 +157,19 @@ func (f *fakeAPI) startPodLocked(ns string, pod map[string]any) {
 	if unpullable(image) {
 		proc.Down = true // the kubelet cannot pull it
 	}
+	if slices.Contains(c["command"].([]any), any("--peer-client-cert-auth")) {
+		proc.TLS = true
+		if f.objects["secrets/"+ns+"/"+memberSecret(name)] == nil {
+			// The kubelet cannot mount the missing Secret: the
+			// container never starts.
+			proc.Down = true
+		}
+	}
 	key := ns + "/" + base
 	e := f.etcds[key]
 	if e == nil && args["initial-cluster-state"] == "new" {
 		f.uids++
-		e = &fakeEtcd{ClusterID: uint64(1000 + f.uids), nextID: 1}
+		e = &fakeEtcd{ClusterID: uint64(1000 + f.uids), nextID: 1, TLS: args["peer-client-cert-auth"] == "" && slices.Contains(c["command"].([]any), any("--peer-client-cert-auth"))}
 		for _, part := range strings.Split(args["initial-cluster"], ",") {
 			n, _, _ := strings.Cut(part, "=")
 			e.Members = append(e.Members, &fakeMember{ID: e.nextID * 11, Name: n, PeerHost: n})
@@ -210,7 +248,7 @@ func (f *fakeAPI) emitPodLocked(typ string, pod map[string]any) {
 }
 
 // serveEtcdLocked answers a POST to /v3/... through a Pod's proxy.
-func (f *fakeAPI) serveEtcdLocked(w http.ResponseWriter, ns, podName, path, body string) {
+func (f *fakeAPI) serveEtcdLocked(w http.ResponseWriter, ns, podName string, https bool, path, body, token string) {
 	pod := f.objects["pods/"+ns+"/"+podName]
 	proc := f.procs[podKey(ns, podName)]
 	if pod == nil {
@@ -221,6 +259,12 @@ func (f *fakeAPI) serveEtcdLocked(w http.ResponseWriter, ns, podName, path, body
 	e := f.etcds[ns+"/"+base]
 	if proc == nil || proc.Down || proc.Removed || e == nil || e.member(podName) == nil || !e.member(podName).Started {
 		writeStatus(w, 503, "ServiceUnavailable", fmt.Sprintf("error trying to reach service: dial tcp 10.0.0.1:%d: connect: connection refused", clientPort))
+		return
+	}
+	if proc.TLS != https {
+		// The API server's proxy relays what the TLS handshake, or
+		// its absence, made of the request.
+		writeStatus(w, 502, "BadGateway", "error trying to reach service: tls: first record does not look like a TLS handshake")
 		return
 	}
 	self := e.member(podName)
@@ -241,11 +285,16 @@ func (f *fakeAPI) serveEtcdLocked(w http.ResponseWriter, ns, podName, path, body
 		Learner  bool     `json:"isLearner"`
 	}
 	_ = json.Unmarshal([]byte(body), &req)
+	if msg := e.authRefusal(path, token, podName); msg != "" {
+		w.WriteHeader(http.StatusUnauthorized)
+		w.Write(mustJSON(map[string]any{"error": msg, "code": 16, "message": msg}))
+		return
+	}
 	header := map[string]any{"cluster_id": fmt.Sprint(e.ClusterID), "member_id": fmt.Sprint(self.ID)}
 	list := func() []any {
 		var out []any
 		for _, m := range e.Members {
-			out = append(out, map[string]any{"ID": fmt.Sprint(m.ID), "name": m.Name, "peerURLs": []string{fmt.Sprintf("http://%s:%d", m.PeerHost, peerPort)}, "isLearner": m.Learner})
+			out = append(out, map[string]any{"ID": fmt.Sprint(m.ID), "name": m.Name, "peerURLs": []string{peerURL(m.PeerHost, e.TLS)}, "isLearner": m.Learner})
 		}
 		return out
 	}
@@ -255,6 +304,12 @@ func (f *fakeAPI) serveEtcdLocked(w http.ResponseWriter, ns, podName, path, body
 	if path != "/v3/maintenance/status" && leader == nil && !serializable {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		w.Write(mustJSON(map[string]any{"error": "etcdserver: request timed out", "code": 14, "message": "etcdserver: request timed out"}))
+		return
+	}
+	if strings.HasPrefix(path, "/v3/auth/") {
+		if msg := e.serveAuth(w, path, body, podName); msg != "" {
+			refuse(msg)
+		}
 		return
 	}
 	switch path {
@@ -443,9 +498,74 @@ func listsMembersOf(initialCluster string, e *fakeEtcd) bool {
 		got = append(got, peer)
 	}
 	for _, m := range e.Members {
-		want = append(want, fmt.Sprintf("http://%s:%d", m.PeerHost, peerPort))
+		want = append(want, peerURL(m.PeerHost, e.TLS))
 	}
 	slices.Sort(got)
 	slices.Sort(want)
 	return slices.Equal(got, want)
+}
+
+// serveAuth answers etcd's auth requests; it returns etcd's refusal, if any.
+func (e *fakeEtcd) serveAuth(w http.ResponseWriter, path, body, host string) string {
+	var req struct{ Name, Password, User, Role string }
+	_ = json.Unmarshal([]byte(body), &req)
+	a := &e.auth
+	switch path {
+	case "/v3/auth/authenticate":
+		switch {
+		case e.member(host).Learner:
+			return "etcdserver: rpc not supported for learner"
+		case !a.Enabled:
+			return "etcdserver: authentication is not enabled"
+		case req.Name != rootUser || req.Password != a.Password:
+			return "etcdserver: authentication failed, invalid user ID or password"
+		}
+		a.issued++
+		tok := fmt.Sprintf("tok-%s-%d", host, a.issued)
+		if a.tokens == nil {
+			a.tokens = map[string]string{}
+		}
+		a.tokens[tok] = host
+		w.Write(mustJSON(map[string]any{"token": tok}))
+	case "/v3/auth/status":
+		w.Write(mustJSON(map[string]any{"enabled": a.Enabled}))
+	case "/v3/auth/user/get":
+		if req.Name != rootUser || !a.RootUser {
+			return "etcdserver: user name not found"
+		}
+		roles := []string{}
+		if a.RootRole {
+			roles = append(roles, rootUser)
+		}
+		w.Write(mustJSON(map[string]any{"roles": roles}))
+	case "/v3/auth/user/add":
+		if a.RootUser {
+			return "etcdserver: user name already exists"
+		}
+		a.RootUser, a.Password = req.Name == rootUser, req.Password
+		w.Write(mustJSON(map[string]any{}))
+	case "/v3/auth/user/grant":
+		a.RootRole = a.RootUser && req.User == rootUser && req.Role == rootUser
+		w.Write(mustJSON(map[string]any{}))
+	case "/v3/auth/enable":
+		switch {
+		case !a.RootUser:
+			return "etcdserver: root user does not exist"
+		case !a.RootRole:
+			return "etcdserver: root user does not have root role"
+		}
+		a.Enabled = true
+		w.Write(mustJSON(map[string]any{}))
+	default:
+		w.WriteHeader(404)
+		w.Write([]byte("404 page not found"))
+	}
+	return ""
+}
+
+// expireTokens forgets every token, as etcd does after --auth-token-ttl.
+func (f *fakeAPI) expireTokens(ns, base string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.etcds[ns+"/"+base].auth.tokens = nil
 }

@@ -146,7 +146,7 @@ func FuzzSpec(f *testing.F) {
 				t.Fatalf("name %q (from %q) is not a DNS-1035 label", n, name)
 			}
 		}
-		for _, b := range [][]byte{p.memberService(members[0]), p.clientService(), p.memberPod(members[0], initialCluster([]peer{{members[0], members[0]}}))} {
+		for _, b := range [][]byte{p.memberService(members[0]), p.clientService(), p.memberPod(members[0], initialCluster([]peer{{members[0], members[0]}}, false))} {
 			if !json.Valid(b) {
 				t.Fatalf("invalid JSON: %s", b)
 			}

@@ -48,6 +48,8 @@ type controller struct {
 	// when its cluster was deleted must not write what it decided, since a
 	// new cluster of the same name takes the same paths.
 	deleted sync.Map // uuid.UUID -> time.Time
+	// logins says how to reach each member Pod's etcd (auth.go).
+	logins etcdLogins
 }
 
 // gone reports a cluster deleted while a pass was under way.
@@ -286,5 +288,7 @@ func disagrees(readiness string, ready func(name string) (ready, seen bool), all
 func settled(ec *EtcdCluster) bool {
 	st := ec.status()
 	p, ok := st.condition(condProgressing)
-	return st.ObservedGeneration == ec.Metadata.Generation && ok && (p.Status == "False" || p.Reason == reasonWaitingForMembers)
+	// A TLS cluster is looked at all the same: its certificates' renewal
+	// dates are timers that only a pass sets (tls.go).
+	return st.ObservedGeneration == ec.Metadata.Generation && ok && (p.Status == "False" || p.Reason == reasonWaitingForMembers) && st.TLS == nil
 }

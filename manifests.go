@@ -75,6 +75,7 @@ type clusterSpec struct {
 	Version string
 	Storage storageSpec
 	Restore *restoreSpec // restore.go
+	TLS     *tlsSpec     // tls.go; nil without spec.tls
 	// Backup is spec.backup (backup.go), nil without one. It is read apart
 	// from the rest, and BackupErr says why it cannot be: a cluster whose
 	// spec.backup is wrong still runs, and the schedule reports the error.
@@ -95,6 +96,7 @@ func parseSpec(raw json.RawMessage) (clusterSpec, error) {
 		Storage json.RawMessage `json:"storage"`
 		Restore json.RawMessage `json:"restore"`
 		Backup  json.RawMessage `json:"backup"`
+		TLS     json.RawMessage `json:"tls"`
 	}
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return clusterSpec{}, fmt.Errorf("spec must be an object, not %s", excerpt(raw))
@@ -106,6 +108,9 @@ func parseSpec(raw json.RawMessage) (clusterSpec, error) {
 	}
 	if err == nil {
 		spec.Restore, err = parseRestore(s.Restore)
+	}
+	if err == nil {
+		spec.TLS, err = parseTLS(s.TLS, spec.Version)
 	}
 	if err != nil {
 		spec = clusterSpec{} // nothing half-read reaches decide
@@ -184,7 +189,10 @@ type clusterPlan struct {
 	Storage       storageSpec
 	// Restore: new members start from this backup, fetched by init
 	// containers of OperatorImage (restore.go).
-	Restore       *restoreSpec
+	Restore *restoreSpec
+	// TLS: members on TLS with certificates from Secrets (tls.go); nil
+	// for plain http.
+	TLS           *tlsSpec
 	OperatorImage string
 	owner         ownerReference
 	namespace     string
@@ -221,8 +229,17 @@ func ordinal(name string) int {
 }
 
 // peerURL is where a member's peers reach it: its Service name, which
-// cluster DNS resolves within the namespace.
-func peerURL(host string) string { return fmt.Sprintf("http://%s:%d", host, peerPort) }
+// cluster DNS resolves within the namespace; https with spec.tls (tls.go).
+func peerURL(host string, tls bool) string {
+	return fmt.Sprintf("%s://%s:%d", scheme(tls), host, peerPort)
+}
+
+func scheme(tls bool) string {
+	if tls {
+		return "https"
+	}
+	return "http"
+}
 
 // peer is one entry of etcd's --initial-cluster: a member's name and the
 // host of its peer URL. A member etcd knows but that has not started yet
@@ -230,10 +247,10 @@ func peerURL(host string) string { return fmt.Sprintf("http://%s:%d", host, peer
 type peer struct{ Name, Host string }
 
 // initialCluster is etcd's static bootstrap list: name=peerURL, ...
-func initialCluster(peers []peer) string {
+func initialCluster(peers []peer, tls bool) string {
 	parts := make([]string, len(peers))
 	for i, p := range peers {
-		parts[i] = p.Name + "=" + peerURL(p.Host)
+		parts[i] = p.Name + "=" + peerURL(p.Host, tls)
 	}
 	return strings.Join(parts, ",")
 }
@@ -243,7 +260,7 @@ func parseInitialCluster(s string) []peer {
 	var peers []peer
 	for _, part := range strings.Split(s, ",") {
 		if name, u, ok := strings.Cut(part, "="); ok {
-			host := strings.TrimPrefix(u, "http://")
+			_, host, _ := strings.Cut(u, "://")
 			host, _, _ = strings.Cut(host, ":")
 			peers = append(peers, peer{name, host})
 		}
@@ -310,20 +327,21 @@ func (p clusterPlan) clientService() []byte {
 // static bootstrap); one joining a running cluster with state "existing"
 // and the members etcd listed when it was added, itself included.
 func (p clusterPlan) etcdCommand(member, initialCluster, state string) []string {
-	return []string{
+	tls := p.TLS != nil
+	return append([]string{
 		"/usr/local/bin/etcd",
 		"--name=" + member,
 		"--data-dir=" + dataDir,
-		"--initial-advertise-peer-urls=" + peerURL(member),
-		fmt.Sprintf("--listen-peer-urls=http://0.0.0.0:%d", peerPort),
-		fmt.Sprintf("--listen-client-urls=http://0.0.0.0:%d", clientPort),
-		fmt.Sprintf("--advertise-client-urls=http://%s:%d", member, clientPort),
+		"--initial-advertise-peer-urls=" + peerURL(member, tls),
+		fmt.Sprintf("--listen-peer-urls=%s://0.0.0.0:%d", scheme(tls), peerPort),
+		fmt.Sprintf("--listen-client-urls=%s://0.0.0.0:%d", scheme(tls), clientPort),
+		fmt.Sprintf("--advertise-client-urls=%s://%s:%d", scheme(tls), member, clientPort),
 		"--initial-cluster=" + initialCluster,
 		"--initial-cluster-state=" + state,
 		// The token keeps members of different clusters from joining each
 		// other by mistake; all members of one cluster must agree on it.
 		"--initial-cluster-token=" + p.Token,
-	}
+	}, p.tlsFlags()...)
 }
 
 // memberPod is a member of a new cluster, bootstrapped with the others.
@@ -336,10 +354,12 @@ func (p clusterPlan) joiningPod(member, initialCluster string) []byte {
 	return p.pod(member, initialCluster, "existing")
 }
 
-// probe checks one of etcd's HTTP health endpoints on the client port.
-func probe(path string, period, failures int) map[string]any {
+// probe checks one of etcd's HTTP health endpoints: on the client port,
+// or with spec.tls on the metrics port (tls.go), since the kubelet's
+// probes present no credentials.
+func probe(path string, port, period, failures int) map[string]any {
 	return map[string]any{
-		"httpGet":          map[string]any{"path": path, "port": clientPort, "scheme": "HTTP"},
+		"httpGet":          map[string]any{"path": path, "port": port, "scheme": "HTTP"},
 		"periodSeconds":    period,
 		"timeoutSeconds":   5,
 		"failureThreshold": failures,
@@ -361,7 +381,7 @@ func (p clusterPlan) pod(member, initialCluster, state string) []byte {
 		// could only be stolen.
 		"automountServiceAccountToken": false,
 		"containers":                   []map[string]any{p.etcdContainer(member, initialCluster, state)},
-		"volumes":                      []map[string]any{p.dataVolume(member)},
+		"volumes":                      append([]map[string]any{p.dataVolume(member)}, p.tlsVolumes(member)...),
 	}
 	// Only the members of a new cluster are restored: one joining later
 	// gets the data from its peers, as always.
@@ -379,15 +399,19 @@ func (p clusterPlan) pod(member, initialCluster, state string) []byte {
 // etcdContainer is a member Pod's one container: etcd, its ports, its data
 // and its probes.
 func (p clusterPlan) etcdContainer(member, initialCluster, state string) map[string]any {
+	probePort := clientPort
+	if p.TLS != nil {
+		probePort = metricsPort
+	}
 	return map[string]any{
 		"name":    "etcd",
 		"image":   p.Image,
 		"command": p.etcdCommand(member, initialCluster, state),
-		"ports": []map[string]any{
+		"ports": append([]map[string]any{
 			{"name": "client", "containerPort": clientPort, "protocol": "TCP"},
 			{"name": "peer", "containerPort": peerPort, "protocol": "TCP"},
-		},
-		"volumeMounts": []map[string]any{{"name": "data", "mountPath": dataDir}},
+		}, p.tlsPorts()...),
+		"volumeMounts": append([]map[string]any{{"name": "data", "mountPath": dataDir}}, p.tlsMounts()...),
 		// The end of etcd's log when it fails, in the Pod's status:
 		// the operator reads there whether a member lost its data
 		// (observe.go, dataLostSigns).
@@ -403,9 +427,9 @@ func (p clusterPlan) etcdContainer(member, initialCluster, state string) map[str
 		// The startup probe gives a member 5 minutes to answer
 		// at all (etcd serves clients only once it has joined the
 		// cluster) before liveness checks may restart it.
-		"startupProbe":   probe("/livez", 2, 150),
-		"livenessProbe":  probe("/livez", 10, 6),
-		"readinessProbe": probe("/readyz", 2, 2),
+		"startupProbe":   probe("/livez", probePort, 2, 150),
+		"livenessProbe":  probe("/livez", probePort, 10, 6),
+		"readinessProbe": probe("/readyz", probePort, 2, 2),
 	}
 }
 

@@ -46,9 +46,12 @@ func manifests(t *testing.T, ec *EtcdCluster) map[string][]byte {
 	for i := range spec.Size {
 		peers = append(peers, peer{memberName(p.Base, i), memberName(p.Base, i)})
 	}
+	tlsPlan := p
+	tlsPlan.TLS = &tlsSpec{CertificateLifetime: defaultCertLifetime, CALifetime: defaultCALifetime}
 	return map[string][]byte{
-		"member-pod.json":     p.memberPod(peers[0].Name, initialCluster(peers)),
-		"joining-pod.json":    p.joiningPod(peers[1].Name, initialCluster(peers)),
+		"member-pod-tls.json": tlsPlan.memberPod(peers[0].Name, initialCluster(peers, true)),
+		"member-pod.json":     p.memberPod(peers[0].Name, initialCluster(peers, false)),
+		"joining-pod.json":    p.joiningPod(peers[1].Name, initialCluster(peers, false)),
 		"member-service.json": p.memberService(peers[0].Name),
 		"client-service.json": p.clientService(),
 	}

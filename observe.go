@@ -59,6 +59,7 @@ func (p *pod) cached() *cachedPod {
 				if s, ok := strings.CutPrefix(arg, "--initial-cluster-state="); ok {
 					v.State = s
 				}
+				v.TLS = v.TLS || arg == "--peer-client-cert-auth"
 			}
 		}
 	}
@@ -152,7 +153,7 @@ func corePath(namespace, resource string) string {
 // cache (cache.go) or, without one or while it lags behind the operator's
 // own writes, from LISTs; then it asks etcd about its members. Failing to
 // reach etcd is an observation, not an error.
-func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base, known string) (observed, error) {
+func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base, known string, wantTLS bool) (observed, error) {
 	var obs observed
 	ns := ec.Metadata.Namespace
 	var pods []cachedPod
@@ -177,14 +178,28 @@ func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base, known s
 	slices.SortFunc(obs.Claims, func(a, b claimView) int { return cmp.Compare(a.Name, b.Name) })
 	var running []string
 	now := time.Now()
+	tlsOn := wantTLS
 	for _, p := range pods {
 		obs.Pods = append(obs.Pods, p.view(now))
-		if p.Phase == "Running" && p.HasIP && !p.Deleting {
-			running = append(running, p.Name)
-		}
+		tlsOn = tlsOn || p.TLS
 	}
 	var err error
-	obs.Etcd, err = c.observeEtcd(ctx, ns, running, known)
+	if tlsOn {
+		if obs.TLS, err = c.observeTLS(ctx, ec, base, now); err != nil {
+			return obs, err
+		}
+	}
+	for _, p := range pods {
+		if p.Phase == "Running" && p.HasIP && !p.Deleting {
+			running = append(running, p.Name)
+			password := ""
+			if p.TLS && obs.TLS != nil {
+				password = obs.TLS.Root
+			}
+			c.logins.set(ns, p.Name, p.TLS, password)
+		}
+	}
+	obs.Etcd, err = c.observeEtcd(ctx, ns, running, known, tlsOn)
 	return obs, err
 }
 
@@ -255,7 +270,7 @@ type memberListAnswer struct {
 // for the member list: the leader's list is current, a follower's may lag.
 // A member that does not answer is an observation; the API server refusing
 // the operator the proxy (403) is an error that someone must fix.
-func (c *controller) observeEtcd(ctx context.Context, ns string, running []string, known string) (etcdView, error) {
+func (c *controller) observeEtcd(ctx context.Context, ns string, running []string, known string, tlsOn bool) (etcdView, error) {
 	var v etcdView
 	if len(running) > 0 {
 		v.AnsweredPods = []string{}
@@ -265,7 +280,7 @@ func (c *controller) observeEtcd(ctx context.Context, ns string, running []strin
 	for _, name := range running {
 		var a memberStatusAnswer
 		if err := c.etcd(ctx, ns, name, "/v3/maintenance/status", struct{}{}, &a); err != nil {
-			if kube.IsStatus(err, http.StatusForbidden) || kube.IsStatus(err, http.StatusUnauthorized) {
+			if kube.IsStatus(err, http.StatusForbidden) || kube.IsStatus(err, http.StatusUnauthorized) || authFailed(err) {
 				return v, fmt.Errorf("ask etcd member %s: %w", name, err)
 			}
 			c.log.Debug("member did not answer", "pod", ns+"/"+name, "err", err)
@@ -284,6 +299,9 @@ func (c *controller) observeEtcd(ctx context.Context, ns string, running []strin
 	}
 	v.Answered = len(answers)
 	c.listMembers(ctx, ns, &v, podOf[v.Leader], answers)
+	if tlsOn && v.LeaderPod != "" {
+		v.Auth = c.observeAuth(ctx, ns, v.LeaderPod)
+	}
 	if askClusterVersion(v.Listed, known) {
 		var err error
 		if v.ClusterVersion, err = c.clusterVersion(ctx, ns, v.AnsweredPods); err != nil {
@@ -317,7 +335,7 @@ func (c *controller) clusterVersion(ctx context.Context, ns string, pods []strin
 		var v struct {
 			Cluster string `json:"etcdcluster"`
 		}
-		p := "/api/v1/namespaces/" + url.PathEscape(ns) + "/pods/" + url.PathEscape(pod) + fmt.Sprintf(":%d/proxy/version", clientPort)
+		p := etcdPath(ns, pod, c.logins.get(ns, pod).https) + "/version"
 		ctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 		b, err := c.client.Once(ctx, http.MethodGet, p, nil, "")
 		cancel()
@@ -365,7 +383,7 @@ func memberViews(list memberListAnswer, answers map[string]memberStatusAnswer) [
 		mv := memberView{ID: m.ID, Name: m.Name, Learner: m.IsLearner}
 		if len(m.PeerURLs) > 0 {
 			if u, err := url.Parse(m.PeerURLs[0]); err == nil {
-				mv.PeerHost = u.Hostname()
+				mv.PeerHost, mv.PeerHTTPS = u.Hostname(), u.Scheme == "https"
 			}
 		}
 		if a, ok := answers[m.ID]; ok {
@@ -377,11 +395,29 @@ func memberViews(list memberListAnswer, answers map[string]memberStatusAnswer) [
 }
 
 // etcd POSTs one request to a member's JSON gateway through the API
-// server's Pod proxy. One try, bounded: the next pass tries again.
+// server's Pod proxy, signed in if the cluster has auth on (auth.go). One
+// try, bounded: the next pass tries again; a token etcd refuses is
+// replaced at once.
 func (c *controller) etcd(ctx context.Context, ns, podName, path string, req, resp any) error {
+	l := c.logins.get(ns, podName)
+	actx, err := c.authenticated(ctx, ns, podName, false)
+	if err != nil {
+		return err
+	}
+	err = c.etcdOnce(actx, ns, podName, l.https, path, req, resp)
+	if l.password != "" && etcdRefused(err, tokenRefused...) {
+		if actx, err = c.authenticated(ctx, ns, podName, true); err != nil {
+			return err
+		}
+		err = c.etcdOnce(actx, ns, podName, l.https, path, req, resp)
+	}
+	return err
+}
+
+func (c *controller) etcdOnce(ctx context.Context, ns, podName string, https bool, path string, req, resp any) error {
 	ctx, cancel := context.WithTimeout(ctx, etcdTimeout)
 	defer cancel()
-	p := "/api/v1/namespaces/" + url.PathEscape(ns) + "/pods/" + url.PathEscape(podName) + fmt.Sprintf(":%d/proxy", clientPort) + path
+	p := etcdPath(ns, podName, https) + path
 	b, err := c.client.Once(ctx, http.MethodPost, p, mustJSON(req), "application/json")
 	if err != nil {
 		return err
@@ -392,6 +428,16 @@ func (c *controller) etcd(ctx context.Context, ns, podName, path string, req, re
 		}
 	}
 	return nil
+}
+
+// etcdPath is a member's client port through the Pod proxy; "https:" in
+// front of the Pod's name makes the API server dial it with TLS.
+func etcdPath(ns, podName string, https bool) string {
+	name := url.PathEscape(podName)
+	if https {
+		name = "https:" + name
+	}
+	return "/api/v1/namespaces/" + url.PathEscape(ns) + "/pods/" + name + fmt.Sprintf(":%d/proxy", clientPort)
 }
 
 func (c *controller) getJSON(ctx context.Context, path string, v any) error {

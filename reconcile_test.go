@@ -763,7 +763,7 @@ func TestStepAlreadyTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := newInput(ec, repo)
-	obs, err := ctl.observe(ctx, ec, "example", "")
+	obs, err := ctl.observe(ctx, ec, "example", "", false)
 	if err != nil || obs.Etcd.LeaderPod == "" {
 		t.Fatalf("observe = %+v, %v", obs, err)
 	}
@@ -771,11 +771,11 @@ func TestStepAlreadyTaken(t *testing.T) {
 	d := newDecision(in, obs)
 	plan := d.plan(d.image())
 	for _, s := range []step{
-		d.etcdStep(actAddMember, "example-2", "", "/v3/cluster/member/add", map[string]any{"peerURLs": []string{peerURL("example-2")}, "isLearner": true}),
+		d.etcdStep(actAddMember, "example-2", "", "/v3/cluster/member/add", map[string]any{"peerURLs": []string{peerURL("example-2", false)}, "isLearner": true}),
 		d.removeStep(memberView{ID: "999", Name: "example-9"}),
 		{Action: actDeletePod, Member: "example-9", Delete: "pods"},
 		{Action: actDeleteSvc, Member: "example-9", Delete: "services"},
-		{Action: actCreateClient, Create: []object{{"services", "example-client", plan.clientService()}}},
+		{Action: actCreateClient, Create: []object{{Resource: "services", Name: "example-client", Body: plan.clientService()}}},
 		d.bootstrapStep(membersOf(3)),
 	} {
 		s.Namespace, s.Cluster, s.Owner = in.Namespace, in.Name, in.UID

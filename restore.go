@@ -280,7 +280,7 @@ func (p clusterPlan) restoreContainers(member, initialCluster string) []map[stri
 			"name": "restore", "image": p.Image,
 			"command": []string{"/usr/local/bin/etcdutl", "snapshot", "restore", restoreSnapshot,
 				"--name=" + member, "--initial-cluster=" + initialCluster, "--initial-cluster-token=" + p.Token,
-				"--initial-advertise-peer-urls=" + peerURL(member), "--data-dir=" + restoredData},
+				"--initial-advertise-peer-urls=" + peerURL(member, p.TLS != nil), "--data-dir=" + restoredData},
 			"volumeMounts": mounts,
 		},
 		{

@@ -386,7 +386,7 @@ func (m *model) matchesMembers(initialCluster string) bool {
 		return false
 	}
 	for _, mb := range m.etcd.Members {
-		i := slices.Index(urls, peerURL(mb.Host))
+		i := slices.Index(urls, peerURL(mb.Host, false))
 		if i < 0 || mb.started() && names[i] != mb.Name {
 			return false
 		}
@@ -1057,7 +1057,7 @@ func (m *model) act(in input, obs observed, s step) (time.Duration, error) {
 	case actBootstrap:
 		ic := make([]string, len(s.Members))
 		for i, n := range s.Members {
-			ic[i] = n + "=" + peerURL(n)
+			ic[i] = n + "=" + peerURL(n, false)
 		}
 		for _, n := range s.Members {
 			if err := m.createService(n); err != nil {

@@ -182,6 +182,25 @@ type clusterStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration"`
 	// Restore is the backup a restored cluster started from (restore.go).
 	Restore *restoreRecord `json:"restore"`
+	// TLS says how the members' certificates and etcd's authentication
+	// stand (tls.go); null without TLS.
+	TLS *tlsStatus `json:"tls"`
+}
+
+type tlsStatus struct {
+	// Auth is "enabled", or "off" until enableAuth is done (auth.go).
+	Auth string `json:"auth"`
+	// CredentialsSecret holds the root user's name and password and the
+	// CA to trust: what etcdctl needs.
+	CredentialsSecret string              `json:"credentialsSecret"`
+	CANotAfter        string              `json:"caNotAfter"`
+	Certificates      []certificateStatus `json:"certificates"`
+}
+
+type certificateStatus struct {
+	Secret   string `json:"secret"`
+	NotAfter string `json:"notAfter"`
+	Problem  string `json:"problem,omitempty"`
 }
 
 type memberStatus struct {

@@ -160,9 +160,9 @@ func (d *decision) restartOnVolumes() (step, bool) {
 		case p == nil:
 			s := step{Action: actRestartMember, Member: m, Image: plan.Image, InitialCluster: ic}
 			if !d.svcs[m] {
-				s.Create = append(s.Create, object{"services", m, plan.memberService(m)})
+				s.Create = append(s.Create, object{Resource: "services", Name: m, Body: plan.memberService(m)})
 			}
-			s.Create = append(s.Create, object{"pods", m, plan.joiningPod(m, ic)})
+			s.Create = append(s.Create, object{Resource: "pods", Name: m, Body: plan.joiningPod(m, ic)})
 			s.News = []notice{{eventNormal, reasonMemberRestarted, fmt.Sprintf("member %s's Pod is gone; it is made again on its volume %s, as the same member with its data", m, m)}}
 			return d.progress(phaseReplacing, reasonRestartingMember, fmt.Sprintf("making member %s's Pod again on its volume %s: the same member, with its data", m, m), s), true
 		case (p.Phase == "Failed" || p.Phase == "Succeeded") && !p.Deleting:
@@ -196,7 +196,7 @@ func (d *decision) lastMembers() ([]string, string) {
 	for i, p := range peers {
 		names[i] = p.Name
 	}
-	return names, initialCluster(peers)
+	return names, initialCluster(peers, d.tls() != nil)
 }
 
 // staleClaim returns a step that deletes the PVC of a member etcd no

@@ -27,6 +27,8 @@ type Cluster struct {
 	// EmptyDir keeps the members' data on emptyDir (spec.storage.emptyDir),
 	// lost with a Pod; unset, each member has a PersistentVolumeClaim.
 	EmptyDir bool
+	// TLS is spec.tls: nil for none, an empty map for the defaults.
+	TLS map[string]any
 	// Via is where the request goes: "" straight to the API server as
 	// admin, as kubectl goes (it works while kubectl proxy is down); a
 	// kubectl proxy URL sends it through the proxy, as the benchmark's
@@ -48,6 +50,9 @@ func (cp *ControlPlane) ApplyCluster(c Cluster) (string, error) {
 	}
 	if c.EmptyDir {
 		spec["storage"] = map[string]any{"emptyDir": true}
+	}
+	if c.TLS != nil {
+		spec["tls"] = c.TLS
 	}
 	body, err := json.Marshal(map[string]any{
 		"apiVersion": "coreos.com/v1", "kind": "EtcdCluster",

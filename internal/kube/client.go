@@ -231,6 +231,9 @@ func (c *Client) send(ctx context.Context, method, path string, body []byte, con
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
+	for k, v := range headers(ctx) {
+		req.Header[k] = v
+	}
 	if c.tokenFile != "" {
 		token, err := readToken(c.tokenFile)
 		if err != nil {
@@ -244,6 +247,25 @@ func (c *Client) send(ctx context.Context, method, path string, body []byte, con
 		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	return resp, nil
+}
+
+type headerKey struct{}
+
+// WithHeader returns a context whose requests carry one more header: for
+// the rare request that needs one, such as a credential for the server
+// behind a proxy.
+func WithHeader(ctx context.Context, name, value string) context.Context {
+	h := headers(ctx).Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	h.Set(name, value)
+	return context.WithValue(ctx, headerKey{}, h)
+}
+
+func headers(ctx context.Context) http.Header {
+	h, _ := ctx.Value(headerKey{}).(http.Header)
+	return h
 }
 
 func responseError(method, path string, code int, body []byte) *Error {

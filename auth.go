@@ -1,0 +1,223 @@
+// Auth: no anonymous client, and the operator signs in like any other.
+//
+// With spec.tls, etcd's authentication is on: every request needs a user
+// and a password, or a token that etcd gave for them. The operator reaches
+// etcd through the API server's Pod proxy (observe.go), which dials the Pod
+// over https without a client certificate and drops the caller's
+// Authorization header. So etcd cannot ask clients for certificates (its
+// --trusted-ca-file demands one on every client URL, tls.go), and clients,
+// the operator among them, sign in with a password instead:
+//
+//   - The operator keeps the root user's password in Secret BASE-root and,
+//     once the cluster has a quorum, adds the user root, grants it the root
+//     role and turns authentication on (enableAuth below): three etcd
+//     requests, each decided from what etcd says, so each safe to repeat.
+//     Until then the cluster is open, as any etcd is before auth enable.
+//   - It logs in (POST /v3/auth/authenticate) and sends the token in the
+//     Grpc-Metadata-Token header, which etcd's JSON gateway passes on as
+//     the gRPC metadata "token". etcd's simple tokens live in one member's
+//     memory and expire (5 minutes by default): the operator keeps one per
+//     member and logs in again when etcd refuses one.
+//
+// The kubelet's probes have no credentials either; etcd's health checks
+// need none on the metrics port (tls.go).
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/etcd-operator/etcd-operator/internal/kube"
+)
+
+const rootUser = "root"
+
+// etcdLogins is, by namespace/Pod, how the operator reaches a member:
+// observe sets it each pass from the Pod and the cluster's Secrets.
+type etcdLogins struct {
+	mu   sync.Mutex
+	pods map[string]login
+}
+
+type login struct {
+	https    bool
+	password string // the root user's; "" for a cluster without auth
+	token    string // etcd's, once it gave one for password
+}
+
+// set records how to reach a Pod, keeping its token while the password
+// stays the same.
+func (l *etcdLogins) set(ns, pod string, https bool, password string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pods == nil {
+		l.pods = map[string]login{}
+	}
+	old := l.pods[ns+"/"+pod]
+	if old.password != password {
+		old.token = ""
+	}
+	l.pods[ns+"/"+pod] = login{https: https, password: password, token: old.token}
+}
+
+func (l *etcdLogins) get(ns, pod string) login {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pods[ns+"/"+pod]
+}
+
+func (l *etcdLogins) setToken(ns, pod, password, token string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if cur, ok := l.pods[ns+"/"+pod]; ok && cur.password == password {
+		cur.token = token
+		l.pods[ns+"/"+pod] = cur
+	}
+}
+
+// tokenRefused are etcd's words for a token it no longer takes, or for a
+// request that came without one.
+var tokenRefused = []string{"invalid auth token", "revision of auth store is old", "user name is empty"}
+
+// authenticated returns ctx with the member's token, if the operator has
+// one; with login, it logs in for a new one first. A token is asked for
+// only once etcd wants one: a learner refuses to log anyone in ("rpc not
+// supported for learner") but tells its status to anyone, and a cluster
+// whose auth is not on yet needs none.
+func (c *controller) authenticated(ctx context.Context, ns, pod string, login bool) (context.Context, error) {
+	l := c.logins.get(ns, pod)
+	if l.password == "" {
+		return ctx, nil
+	}
+	if login {
+		var a struct {
+			Token string `json:"token"`
+		}
+		err := c.etcdOnce(ctx, ns, pod, l.https, "/v3/auth/authenticate", map[string]string{"name": rootUser, "password": l.password}, &a)
+		switch {
+		case etcdRefused(err, "authentication is not enabled"):
+			return ctx, nil
+		case err != nil:
+			return ctx, fmt.Errorf("log in to etcd member %s as %s: %w", pod, rootUser, err)
+		}
+		c.logins.setToken(ns, pod, l.password, a.Token)
+		l.token = a.Token
+	}
+	if l.token == "" {
+		return ctx, nil
+	}
+	return kube.WithHeader(ctx, "Grpc-Metadata-Token", l.token), nil
+}
+
+// authFailed reports etcd refusing the password itself: someone changed
+// the root user's password or BASE-root, and a person must set them right.
+func authFailed(err error) bool {
+	return etcdRefused(err, "authentication failed, invalid user ID or password")
+}
+
+// knowLogin makes sure the operator knows how to reach a Pod that no pass
+// has looked at yet (the backup schedule runs beside the passes).
+func (c *controller) knowLogin(ctx context.Context, ec *EtcdCluster, p *pod) error {
+	ns := ec.Metadata.Namespace
+	https := p.cached().TLS
+	if !https || c.logins.get(ns, p.Metadata.Name).password != "" {
+		return nil
+	}
+	var s secret
+	if err := c.getJSON(ctx, corePath(ns, "secrets")+"/"+rootSecret(baseName(ec.Metadata.Name)), &s); err != nil {
+		return fmt.Errorf("read the root password of %s: %w", ec.key(), err)
+	}
+	c.logins.set(ns, p.Metadata.Name, https, string(s.Data["password"]))
+	return nil
+}
+
+// authView is what etcd says of its authentication.
+type authView struct {
+	Enabled bool
+	// RootUser and RootRole: the user root exists and has the role root,
+	// which auth enable needs. Asked only while auth is off.
+	RootUser, RootRole bool
+}
+
+// observeAuth asks the leader whether auth is on and, while it is not,
+// how far enableAuth got. nil if the leader did not say.
+func (c *controller) observeAuth(ctx context.Context, ns, leaderPod string) *authView {
+	var st struct {
+		Enabled bool `json:"enabled"`
+	}
+	if err := c.etcd(ctx, ns, leaderPod, "/v3/auth/status", struct{}{}, &st); err != nil {
+		c.log.Debug("leader did not say whether auth is on", "pod", ns+"/"+leaderPod, "err", err)
+		return nil
+	}
+	if st.Enabled {
+		return &authView{Enabled: true}
+	}
+	var u struct {
+		Roles []string `json:"roles"`
+	}
+	err := c.etcd(ctx, ns, leaderPod, "/v3/auth/user/get", map[string]string{"name": rootUser}, &u)
+	switch {
+	case etcdRefused(err, "user name not found"):
+		return &authView{}
+	case err != nil:
+		c.log.Debug("leader did not say whether user root exists", "pod", ns+"/"+leaderPod, "err", err)
+		return nil
+	}
+	return &authView{RootUser: true, RootRole: slices.Contains(u.Roles, rootUser)}
+}
+
+// observeTLS reads the cluster's Secrets with a label-selected LIST: a
+// TLS cluster's pass costs one request more, and sees its own writes.
+func (c *controller) observeTLS(ctx context.Context, ec *EtcdCluster, base string, now time.Time) (*tlsView, error) {
+	sel := "?" + url.Values{"labelSelector": {labelCluster + "=" + base}}.Encode()
+	var list struct{ Items []secret }
+	if err := c.getJSON(ctx, corePath(ec.Metadata.Namespace, "secrets")+sel, &list); err != nil {
+		return nil, fmt.Errorf("list secrets of %s: %w", ec.key(), err)
+	}
+	var own []secret
+	for _, s := range list.Items {
+		for _, ref := range s.Metadata.OwnerReferences {
+			if ref.Controller && ref.UID == ec.Metadata.UID {
+				own = append(own, s)
+			}
+		}
+	}
+	return tlsOf(own, base, now), nil
+}
+
+// enableAuth: once a TLS cluster has a quorum, etcd's authentication is
+// turned on, one request a pass, each chosen by what the leader says
+// (observeAuth): the root password's Secret, the user root, its role,
+// then auth enable. Until then the cluster is open, as every etcd is
+// before auth enable; the status says so.
+func (d *decision) enableAuth() (step, bool) {
+	a, v := d.obs.Etcd.Auth, d.tlsView()
+	if d.tls() == nil || a == nil || a.Enabled || !d.quorumOK() || v.CA == nil {
+		return step{}, false
+	}
+	phase := cmp.Or(d.in.Prev.Phase, phaseCreating)
+	var s step
+	var msg string
+	switch {
+	case !v.HasRoot:
+		msg = "creating the root user's password (Secret " + rootSecret(d.in.Base) + ")"
+		s = step{Action: actCreateRootSecret, Create: []object{{Resource: "secrets", Name: rootSecret(d.in.Base), Secret: d.plan(d.image()).rootToMake(v.CA)}}}
+	case !a.RootUser:
+		msg = "adding etcd's user root, with the password in Secret " + rootSecret(d.in.Base)
+		s = d.etcdStep(actAddRootUser, "", "", "/v3/auth/user/add", map[string]string{"name": rootUser, "password": v.Root})
+	case !a.RootRole:
+		msg = "granting etcd's user root the role root"
+		s = d.etcdStep(actGrantRoot, "", "", "/v3/auth/user/grant", map[string]string{"user": rootUser, "role": rootUser})
+	default:
+		msg = "turning on etcd's authentication"
+		s = d.etcdStep(actEnableAuth, "", "", "/v3/auth/enable", struct{}{})
+		s.News = []notice{{eventNormal, reasonAuthEnabled, "etcd's authentication is on: clients sign in as root with the password in Secret " + rootSecret(d.in.Base) + ", over TLS with its ca.crt"}}
+	}
+	msg += "; until authentication is on, any client that reaches the cluster can use it"
+	return d.progress(phase, reasonEnablingAuth, msg, s), true
+}

@@ -1,0 +1,201 @@
+package e2e
+
+// TLS on the real node: the members of a cluster with spec.tls talk to each
+// other over mutual TLS and to clients over TLS with etcd's authentication
+// on, so that nobody without the root password (in Secret NAME-root) reads
+// or writes a key, and the operator still runs the cluster, resize
+// included.
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"io"
+	"math/big"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// foreignCertificate is a certificate for "root" and localhost from a CA
+// that has nothing to do with the cluster's.
+func foreignCertificate(t *testing.T) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "another CA"}, NotBefore: now.Add(-time.Minute), NotAfter: now.Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "root"}, DNSNames: []string{"localhost"}, NotBefore: now.Add(-time.Minute), NotAfter: now.Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, caCert, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{leafDER}, PrivateKey: key}
+}
+
+// etcdClient speaks https to etcd's JSON gateway, trusting roots and
+// presenting cert, if any.
+func etcdClient(roots *x509.CertPool, cert *tls.Certificate) *http.Client {
+	cfg := &tls.Config{RootCAs: roots, ServerName: "localhost"}
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{*cert}
+	}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+}
+
+// etcdPost POSTs body to url with etcd's token (if any) and returns the
+// status code and the answer.
+func etcdPost(c *http.Client, url, token string, body any) (int, string, error) {
+	b, _ := json.Marshal(body)
+	req, err := http.NewRequest("POST", url, bytes.NewReader(b))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(out), nil
+}
+
+// secretData reads a Secret's data as the admin.
+func secretData(t *testing.T, ns, name string) map[string][]byte {
+	t.Helper()
+	code, b, err := cp.Do("GET", "/api/v1/namespaces/"+ns+"/secrets/"+name, nil, "")
+	if err != nil || code != 200 {
+		t.Fatalf("GET secret %s: %d %v %.300s", name, code, err, b)
+	}
+	var s struct{ Data map[string][]byte }
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s.Data
+}
+
+// login signs in as root and returns etcd's token.
+func login(t *testing.T, c *http.Client, ip, password string) string {
+	t.Helper()
+	code, out, err := etcdPost(c, "https://"+ip+":2379/v3/auth/authenticate", "", map[string]string{"name": "root", "password": password})
+	var a struct{ Token string }
+	if err != nil || code != 200 || json.Unmarshal([]byte(out), &a) != nil || a.Token == "" {
+		t.Fatalf("authenticate as root on %s: %d %s %v", ip, code, out, err)
+	}
+	return a.Token
+}
+
+func TestTLSNoAnonymousAccess(t *testing.T) {
+	needNode(t)
+	ns := nodeNamespace(t, "tls")
+	startOperator(t, ns, "")
+	applyCluster(t, Cluster{Namespace: ns, Name: "secure", Size: 3, TLS: map[string]any{}})
+	ec := waitPhaseIn(t, ns, "secure", "Running", 2*time.Minute)
+	st, _ := ec.status()["tls"].(map[string]any)
+	if st["auth"] != "enabled" {
+		// The status may be a pass behind the auth enable.
+		err := Eventually(30*time.Second, "status.tls.auth enabled", func() (bool, error) {
+			o, err := cp.WaitPhase(ns, "secure", "Running", time.Second)
+			st, _ = object(o).status()["tls"].(map[string]any)
+			return err == nil && st["auth"] == "enabled", nil
+		})
+		if err != nil {
+			t.Fatalf("%v: status.tls = %v", err, st)
+		}
+	}
+	creds := secretData(t, ns, "secure-root")
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(creds["ca.crt"]) {
+		t.Fatalf("secure-root has no ca.crt: %q", creds["ca.crt"])
+	}
+	ip := cp.PodIP(ns, "secure-0")
+	client := etcdClient(roots, nil)
+	put := map[string]string{"key": b64("/e2e/tls"), "value": b64("secret")}
+
+	t.Run("plain http is refused on the client port", func(t *testing.T) {
+		code, out, err := etcdPost(http.DefaultClient, "http://"+ip+":2379/v3/kv/put", "", put)
+		if err == nil && code == 200 {
+			t.Errorf("a plaintext put succeeded: %s", out)
+		}
+	})
+	t.Run("TLS without credentials is refused", func(t *testing.T) {
+		code, out, err := etcdPost(client, "https://"+ip+":2379/v3/kv/put", "", put)
+		if err != nil || code == 200 || !strings.Contains(out, "user name is empty") {
+			t.Errorf("a put without credentials: %d %s %v; want etcd's refusal", code, out, err)
+		}
+	})
+	foreign := foreignCertificate(t)
+	t.Run("a certificate from another CA is no credential", func(t *testing.T) {
+		code, out, err := etcdPost(etcdClient(roots, &foreign), "https://"+ip+":2379/v3/kv/put", "", put)
+		if err == nil && code == 200 {
+			t.Errorf("a put with another CA's certificate succeeded: %s", out)
+		}
+	})
+	t.Run("the root password in the Secret works", func(t *testing.T) {
+		token := login(t, client, ip, string(creds["password"]))
+		if code, out, err := etcdPost(client, "https://"+ip+":2379/v3/kv/put", token, put); err != nil || code != 200 {
+			t.Fatalf("put as root: %d %s %v", code, out, err)
+		}
+		last := cp.PodIP(ns, "secure-2")
+		code, out, err := etcdPost(client, "https://"+last+":2379/v3/kv/range", login(t, client, last, string(creds["password"])), map[string]string{"key": put["key"]})
+		if err != nil || code != 200 || !strings.Contains(out, put["value"]) {
+			t.Errorf("range as root on secure-2: %d %s %v", code, out, err)
+		}
+	})
+	t.Run("peers speak mutual TLS only", func(t *testing.T) {
+		// Plain http to the peer port.
+		if resp, err := http.Get("http://" + ip + ":2380/members"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				t.Errorf("plain http on the peer port answered 200: %.200s", b)
+			}
+		}
+		// TLS with no client certificate, then with another CA's.
+		for name, cert := range map[string]*tls.Certificate{"no certificate": nil, "another CA's": &foreign} {
+			resp, err := etcdClient(roots, cert).Get("https://" + ip + ":2380/members")
+			if err == nil {
+				resp.Body.Close()
+				t.Errorf("peer port with %s: %s, want the handshake refused", name, resp.Status)
+			}
+		}
+	})
+	t.Run("resize over TLS", func(t *testing.T) {
+		applyCluster(t, Cluster{Namespace: ns, Name: "secure", Size: 5, TLS: map[string]any{}})
+		err := Eventually(3*time.Minute, "5 members ready", func() (bool, error) {
+			o, err := cp.WaitPhase(ns, "secure", "Running", time.Second)
+			return err == nil && object(o).status()["ready"] == "5/5", nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := cp.PodIP(ns, "secure-4")
+		code, out, err := etcdPost(client, "https://"+last+":2379/v3/kv/range", login(t, client, last, string(creds["password"])), map[string]string{"key": put["key"]})
+		if err != nil || code != 200 || !strings.Contains(out, put["value"]) {
+			t.Errorf("range as root on the new member: %d %s %v", code, out, err)
+		}
+		code, out, err = etcdPost(client, "https://"+last+":2379/v3/cluster/member/list", login(t, client, last, string(creds["password"])), map[string]any{})
+		if err != nil || code != 200 || strings.Count(out, `"https://`) < 10 || strings.Contains(out, `"http://`) {
+			t.Errorf("member list: %d %s %v; want every peer and client URL on https", code, out, err)
+		}
+	})
+}

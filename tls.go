@@ -1,0 +1,471 @@
+// TLS: members that trust only each other, and certificates that renew
+// by themselves.
+//
+// With spec.tls a cluster's members talk to each other over mutual TLS and
+// serve clients over TLS, with certificates from a CA of the cluster's own
+// that the operator makes with crypto/x509 and keeps in Secrets the
+// EtcdCluster owns. A Secret is Kubernetes' place for keys: the kubelet
+// mounts it into the Pod as files and, when the Secret changes, rewrites
+// the files within a minute or so. etcd reads its certificate and key again
+// at every new TLS handshake, so a renewed certificate needs no restart.
+//
+// The Secrets, all labelled with the cluster's and owned by it:
+//
+//   - BASE-ca: the CA's certificate and key (tls.crt, tls.key).
+//   - MEMBER-tls: a member's certificate and key with the CA (tls.crt,
+//     tls.key, ca.crt, the shape cert-manager writes), both a server
+//     certificate for clients and peers and a client one for dialling its
+//     peers, for every name the member is reached by.
+//   - BASE-root: etcd's root user and its password, with the CA to trust
+//     (username, password, ca.crt): what an administrator needs to connect
+//     (auth.go says why clients use passwords and not certificates).
+//
+// Renewal happens at two thirds of a certificate's life (ca.RenewAt): the
+// operator issues a new key and certificate into the member's Secret.
+package main
+
+import (
+	"cmp"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/etcd-operator/etcd-operator/internal/ca"
+)
+
+const (
+	// metricsPort serves /livez, /readyz and /metrics on plain http
+	// (--listen-metrics-urls): the kubelet's probes have no credentials.
+	metricsPort = 2381
+	tlsDir      = "/etc/etcd/tls"
+	// clusterDomain is the DNS domain of the Kubernetes cluster, in the
+	// longest name a member's certificate covers.
+	clusterDomain = "cluster.local"
+
+	defaultCertLifetime = 90 * 24 * time.Hour
+	defaultCALifetime   = 10 * 365 * 24 * time.Hour
+	minCertLifetime     = time.Minute
+)
+
+// tlsSpec is spec.tls.
+type tlsSpec struct {
+	// CertificateLifetime is how long a member's certificate is valid;
+	// CALifetime the CA's. Short ones are for tests.
+	CertificateLifetime, CALifetime time.Duration
+}
+
+// parseTLS reads spec.tls: absent or null is plain http, an object (even
+// empty) is TLS.
+func parseTLS(raw json.RawMessage, version string) (*tlsSpec, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var s struct {
+		CertificateLifetime *string `json:"certificateLifetime"`
+		CALifetime          *string `json:"caLifetime"`
+	}
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, fmt.Errorf("spec.tls must be an object such as {certificateLifetime: 2160h}, not %s", excerpt(raw))
+	}
+	t := &tlsSpec{CertificateLifetime: defaultCertLifetime, CALifetime: defaultCALifetime}
+	for _, f := range []struct {
+		name string
+		raw  *string
+		d    *time.Duration
+	}{{"certificateLifetime", s.CertificateLifetime, &t.CertificateLifetime}, {"caLifetime", s.CALifetime, &t.CALifetime}} {
+		if f.raw == nil {
+			continue
+		}
+		d, err := time.ParseDuration(*f.raw)
+		if err != nil || d < minCertLifetime {
+			return nil, fmt.Errorf("spec.tls.%s must be a duration of at least %s such as 2160h, not %q", f.name, minCertLifetime, *f.raw)
+		}
+		*f.d = d
+	}
+	if t.CALifetime < t.CertificateLifetime {
+		return nil, fmt.Errorf("spec.tls.caLifetime (%s) must not be shorter than spec.tls.certificateLifetime (%s)", t.CALifetime, t.CertificateLifetime)
+	}
+	// --peer-skip-client-san-verification (tlsFlags) has that name from
+	// etcd v3.6 on.
+	if v, ok := parseVersion(version); ok && (v[0] < 3 || v[0] == 3 && v[1] < 6) {
+		return nil, fmt.Errorf("spec.tls needs etcd v3.6 or later, and spec.version is %s", version)
+	}
+	return t, nil
+}
+
+func caSecret(base string) string       { return base + "-ca" }
+func rootSecret(base string) string     { return base + "-root" }
+func memberSecret(member string) string { return member + "-tls" }
+
+// tlsFlags are etcd's TLS flags; none without spec.tls.
+func (p clusterPlan) tlsFlags() []string {
+	if p.TLS == nil {
+		return nil
+	}
+	return []string{
+		"--cert-file=" + tlsDir + "/tls.crt",
+		"--key-file=" + tlsDir + "/tls.key",
+		"--peer-cert-file=" + tlsDir + "/tls.crt",
+		"--peer-key-file=" + tlsDir + "/tls.key",
+		// Peers must show a certificate of this cluster's CA. No
+		// --trusted-ca-file for clients: with it etcd demands a client
+		// certificate on every client URL, and the API server's Pod proxy,
+		// the operator's way in, has none (auth.go).
+		"--peer-trusted-ca-file=" + tlsDir + "/ca.crt",
+		"--peer-client-cert-auth",
+		// etcd would also match a connecting peer's certificate against
+		// its address, a Pod IP that no certificate can name in advance;
+		// the CA, which signs this cluster's members only, is the check.
+		"--peer-skip-client-san-verification",
+		fmt.Sprintf("--listen-metrics-urls=http://0.0.0.0:%d", metricsPort),
+	}
+}
+
+func (p clusterPlan) tlsVolumes(member string) []map[string]any {
+	if p.TLS == nil {
+		return nil
+	}
+	// The default file mode (0644): the files are readable by whatever
+	// user the etcd image runs as, and by nothing outside the container.
+	return []map[string]any{{"name": "tls", "secret": map[string]any{"secretName": memberSecret(member)}}}
+}
+
+func (p clusterPlan) tlsMounts() []map[string]any {
+	if p.TLS == nil {
+		return nil
+	}
+	return []map[string]any{{"name": "tls", "mountPath": tlsDir, "readOnly": true}}
+}
+
+func (p clusterPlan) tlsPorts() []map[string]any {
+	if p.TLS == nil {
+		return nil
+	}
+	return []map[string]any{{"name": "metrics", "containerPort": metricsPort, "protocol": "TCP"}}
+}
+
+// memberNames are the names a member is reached by: its Service's in every
+// form, the client Service's (clients reach any member through it), and
+// localhost for etcd's own gateway.
+func (p clusterPlan) memberNames(member string) []string {
+	var names []string
+	for _, n := range []string{member, p.ClientService} {
+		names = append(names, n, n+"."+p.namespace, n+"."+p.namespace+".svc", n+"."+p.namespace+".svc."+clusterDomain)
+	}
+	return append(names, "localhost")
+}
+
+// Kinds of Secret the operator makes.
+const (
+	secretCA   = "ca"
+	secretRoot = "root"
+	secretLeaf = "leaf"
+)
+
+// secretToMake is a Secret whose keys act makes as it sends it (tlsact.go):
+// keys are random and certificates dated, and decide is neither.
+type secretToMake struct {
+	Kind string
+	Name string
+	Meta map[string]any
+	// CA issues a leaf, and is the ca.crt of a leaf and of the root
+	// Secret.
+	CA       *ca.CA
+	Leaf     ca.Leaf
+	Lifetime time.Duration // of a new CA
+}
+
+func (p clusterPlan) caToMake() *secretToMake {
+	return &secretToMake{Kind: secretCA, Name: caSecret(p.Base), Meta: p.meta(caSecret(p.Base), ""), Lifetime: p.TLS.CALifetime}
+}
+
+func (p clusterPlan) rootToMake(issuer *ca.CA) *secretToMake {
+	return &secretToMake{Kind: secretRoot, Name: rootSecret(p.Base), Meta: p.meta(rootSecret(p.Base), ""), CA: issuer}
+}
+
+func (p clusterPlan) leafToMake(issuer *ca.CA, member string) *secretToMake {
+	return &secretToMake{Kind: secretLeaf, Name: memberSecret(member), Meta: p.meta(memberSecret(member), member), CA: issuer,
+		Leaf: ca.Leaf{CommonName: member, DNSNames: p.memberNames(member), IPs: []net.IP{net.IPv4(127, 0, 0, 1)},
+			Server: true, Client: true, Lifetime: p.TLS.CertificateLifetime}}
+}
+
+// data makes the Secret's keys at now.
+func (s *secretToMake) data(now time.Time) (typ string, data map[string][]byte, err error) {
+	switch s.Kind {
+	case secretCA:
+		c, err := ca.New(strings.TrimSuffix(s.Name, "-ca")+" etcd CA", s.Lifetime, now)
+		if err != nil {
+			return "", nil, err
+		}
+		return "kubernetes.io/tls", map[string][]byte{"tls.crt": c.CertPEM(), "tls.key": c.KeyPEM()}, nil
+	case secretRoot:
+		b := make([]byte, 24)
+		if _, err := rand.Read(b); err != nil {
+			return "", nil, err
+		}
+		pw := base64.RawURLEncoding.EncodeToString(b)
+		return "Opaque", map[string][]byte{"username": []byte(rootUser), "password": []byte(pw), "ca.crt": s.CA.CertPEM()}, nil
+	case secretLeaf:
+		cert, key, err := s.CA.Issue(s.Leaf, now)
+		if err != nil {
+			return "", nil, err
+		}
+		return "kubernetes.io/tls", map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": s.CA.CertPEM()}, nil
+	}
+	return "", nil, fmt.Errorf("secret %s: unknown kind %q", s.Name, s.Kind)
+}
+
+// body is the Secret to create.
+func (s *secretToMake) body(now time.Time) ([]byte, error) {
+	typ, data, err := s.data(now)
+	if err != nil {
+		return nil, fmt.Errorf("make secret %s: %w", s.Name, err)
+	}
+	return mustJSON(map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": s.Meta, "type": typ, "data": data}), nil
+}
+
+// tlsView is what a pass saw of a cluster's Secrets (observeTLS).
+type tlsView struct {
+	CA *ca.CA // nil if BASE-ca is missing or unreadable
+	// CAProblem says why BASE-ca cannot be used, if it exists.
+	CAProblem string
+	// HasRoot: BASE-root exists; Root is the root user's password in it.
+	HasRoot bool
+	Root    string
+	Leaves  map[string]leafView // by member name
+}
+
+// leafView is a member's certificate as its Secret holds it.
+type leafView struct {
+	NotAfter time.Time
+	// Renew: due at two thirds of its life, or not usable (Problem);
+	// else RenewIn is how long until it is due.
+	Renew   bool
+	RenewIn time.Duration
+	Problem string
+}
+
+// secret is the part of a Secret the operator reads.
+type secret struct {
+	Metadata ownedMeta         `json:"metadata"`
+	Data     map[string][]byte `json:"data"`
+}
+
+// tlsOf reads a cluster's Secrets at now.
+func tlsOf(secrets []secret, base string, now time.Time) *tlsView {
+	v := &tlsView{Leaves: map[string]leafView{}}
+	byName := map[string]secret{}
+	for _, s := range secrets {
+		byName[s.Metadata.Name] = s
+	}
+	if s, ok := byName[caSecret(base)]; ok {
+		var err error
+		if v.CA, err = ca.Parse(s.Data["tls.crt"], s.Data["tls.key"]); err != nil {
+			v.CAProblem = fmt.Sprintf("Secret %s: %v", caSecret(base), err)
+		}
+	}
+	if s, ok := byName[rootSecret(base)]; ok {
+		v.HasRoot, v.Root = true, string(s.Data["password"])
+	}
+	for name, s := range byName {
+		member, ok := strings.CutSuffix(name, "-tls")
+		if !ok || v.CA == nil {
+			continue
+		}
+		info, err := ca.Check(s.Data["tls.crt"], s.Data["tls.key"], v.CA.CertPEM(), now)
+		at := ca.RenewAt(info.NotBefore, info.NotAfter)
+		l := leafView{NotAfter: info.NotAfter, Renew: !now.Before(at), RenewIn: at.Sub(now)}
+		switch {
+		case err != nil:
+			l.Problem = err.Error()
+		case !info.Covers(member):
+			l.Problem = "the certificate does not name " + member
+		case !slices.Equal(s.Data["ca.crt"], v.CA.CertPEM()):
+			l.Problem = "its ca.crt is not the cluster's CA"
+		}
+		l.Renew = l.Renew || l.Problem != ""
+		v.Leaves[member] = l
+	}
+	return v
+}
+
+// tls is the TLS the members run. spec.tls decides for a cluster with no
+// member yet; the members' peer URLs and Pods for one that runs, since a
+// switch between http and https on a running cluster is not done yet
+// (tlsSwitch).
+func (d *decision) tls() *tlsSpec {
+	seen, on := false, false
+	for _, m := range d.obs.Etcd.Listed {
+		seen, on = true, on || m.PeerHTTPS
+	}
+	for _, p := range d.obs.Pods {
+		if !p.Deleting {
+			seen, on = true, on || p.TLS
+		}
+	}
+	switch {
+	case !seen || on == (d.in.Spec.TLS != nil):
+		return d.in.Spec.TLS
+	case on:
+		return &tlsSpec{CertificateLifetime: defaultCertLifetime, CALifetime: defaultCALifetime}
+	}
+	return nil
+}
+
+func (d *decision) tlsView() *tlsView {
+	if d.obs.TLS == nil {
+		return &tlsView{Leaves: map[string]leafView{}}
+	}
+	return d.obs.TLS
+}
+
+// tlsCA: a new cluster with spec.tls first gets its CA, which issues its
+// members' certificates.
+func (d *decision) tlsCA() (step, bool) {
+	v := d.tlsView()
+	if d.tls() == nil || v.CA != nil {
+		return step{}, false
+	}
+	if v.CAProblem != "" {
+		msg := v.CAProblem + ": the operator cannot issue the members' certificates; delete the Secret, and it makes a new CA"
+		return d.wait(phaseCreating, reasonBadSecret, msg), true
+	}
+	plan := d.plan(d.image())
+	msg := "creating the cluster's certificate authority (Secret " + caSecret(d.in.Base) + ")"
+	s := step{Action: actCreateCA, Create: []object{{Resource: "secrets", Name: caSecret(d.in.Base), Secret: plan.caToMake()}}}
+	return d.progress(phaseCreating, reasonCreating, msg, s), true
+}
+
+// missingSecrets are the Secrets of names (members) and the root password
+// that do not exist yet, to be created before the members' Pods.
+func (d *decision) missingSecrets(names []string) []object {
+	v := d.tlsView()
+	if d.tls() == nil || v.CA == nil {
+		return nil
+	}
+	plan := d.plan(d.image())
+	var objs []object
+	if !v.HasRoot {
+		objs = append(objs, object{Resource: "secrets", Name: rootSecret(d.in.Base), Secret: plan.rootToMake(v.CA)})
+	}
+	for _, m := range names {
+		if _, ok := v.Leaves[m]; !ok {
+			objs = append(objs, object{Resource: "secrets", Name: memberSecret(m), Secret: plan.leafToMake(v.CA, m)})
+		}
+	}
+	return objs
+}
+
+// certificates: every member of a TLS cluster has a certificate, renewed at
+// two thirds of its life or at once if it cannot serve (wrong CA, a key
+// that does not match, a name missing). A renewal restarts nothing: etcd
+// reads the files at its next handshake, once the kubelet has written the
+// Secret's new contents into the Pod. It never costs quorum, so it comes
+// first, even before needQuorum: expired certificates may be why the
+// quorum is lost.
+func (d *decision) certificates() (step, bool) {
+	v := d.tlsView()
+	if d.tls() == nil {
+		return step{}, false
+	}
+	if v.CA == nil {
+		msg := cmp.Or(v.CAProblem, "Secret "+caSecret(d.in.Base)+" is gone") + ": the operator cannot issue or renew the members' certificates, and a new CA would not be trusted by the running members. Put the CA back"
+		d.setDegraded(true, reasonBadSecret, msg)
+		return d.wait(cmp.Or(d.in.Prev.Phase, phaseDegraded), reasonBadSecret, msg), true
+	}
+	plan := d.plan(d.image())
+	for _, m := range d.tlsMembers() {
+		l, ok := v.Leaves[m]
+		switch {
+		case !ok:
+			msg := "issuing the certificate of member " + m + " (Secret " + memberSecret(m) + ")"
+			s := step{Action: actIssueCertificate, Member: m, Create: []object{{Resource: "secrets", Name: memberSecret(m), Secret: plan.leafToMake(v.CA, m)}}}
+			return d.progress(d.steadyPhase(), reasonRenewingCertificate, msg, s), true
+		case l.Renew:
+			why := "two thirds of its life are over"
+			if l.Problem != "" {
+				why = l.Problem
+			}
+			msg := fmt.Sprintf("renewing the certificate of member %s (Secret %s, valid until %s): %s", m, memberSecret(m), stamp(l.NotAfter), why)
+			s := step{Action: actRenewCertificate, Member: m, Renew: plan.leafToMake(v.CA, m),
+				News: []notice{{eventNormal, reasonCertificateRenewed, msg}}}
+			return d.progress(d.steadyPhase(), reasonRenewingCertificate, msg, s), true
+		}
+	}
+	return step{}, false
+}
+
+// renewIn is how soon the next certificate is due: a settled cluster is
+// looked at again then, since nothing in Kubernetes announces the date.
+func (d *decision) renewIn() time.Duration {
+	var next time.Duration
+	for _, m := range d.tlsMembers() {
+		if l, ok := d.tlsView().Leaves[m]; ok && !l.Renew && (next == 0 || l.RenewIn < next) {
+			next = max(l.RenewIn, time.Second)
+		}
+	}
+	return next
+}
+
+// tlsMembers are the members that need a certificate: those etcd lists,
+// and those with a Pod.
+func (d *decision) tlsMembers() []string {
+	var names []string
+	for _, m := range d.obs.Etcd.Listed {
+		names = append(names, m.PeerHost)
+	}
+	for _, p := range d.obs.Pods {
+		if !p.Deleting {
+			names = append(names, p.Name)
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// noteTLSSwitch: spec.tls turned on or off for a cluster that runs the
+// other way. Not done yet: the members keep what they run, and the status
+// of a cluster with nothing else to do says so.
+func (d *decision) noteTLSSwitch() {
+	if on := d.tls() != nil; on == (d.in.Spec.TLS != nil) {
+		return
+	}
+	msg := "spec.tls was added to a cluster that runs on plain http; switching a running cluster to TLS is not supported yet, so its members stay on http"
+	if d.in.Spec.TLS == nil {
+		msg = "spec.tls was removed from a cluster that runs on TLS; switching a running cluster to plain http is not supported yet, so its members stay on TLS"
+	}
+	d.st.Message = msg
+	d.setProgressing(false, reasonTLSSwitchUnsupported, msg)
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// reportTLS writes the status's tls part: each certificate's expiry and
+// whether authentication is on.
+func (d *decision) reportTLS() {
+	if d.tls() == nil {
+		return
+	}
+	v := d.tlsView()
+	t := &tlsStatus{Auth: "off", CredentialsSecret: rootSecret(d.in.Base)}
+	if prev := d.in.Prev.TLS; prev != nil && d.obs.Etcd.Auth == nil {
+		t.Auth = prev.Auth // the leader did not say: as last seen
+	}
+	if a := d.obs.Etcd.Auth; a != nil && a.Enabled {
+		t.Auth = "enabled"
+	}
+	if v.CA != nil {
+		t.CANotAfter = stamp(v.CA.NotAfter())
+	}
+	for _, m := range d.tlsMembers() {
+		if l, ok := v.Leaves[m]; ok {
+			t.Certificates = append(t.Certificates, certificateStatus{Secret: memberSecret(m), NotAfter: stamp(l.NotAfter), Problem: l.Problem})
+		}
+	}
+	d.st.TLS = t
+}
