@@ -15,9 +15,13 @@
 //     Until then the cluster is open, as any etcd is before auth enable.
 //   - It logs in (POST /v3/auth/authenticate) and sends the token in the
 //     Grpc-Metadata-Token header, which etcd's JSON gateway passes on as
-//     the gRPC metadata "token". etcd's simple tokens live in one member's
-//     memory and expire (5 minutes by default): the operator keeps one per
-//     member and logs in again when etcd refuses one.
+//     the gRPC metadata "token". The members issue JWTs signed with one key
+//     of the cluster's (in its Secrets, tls.go), so a token from one member
+//     is good on every other: a learner, which refuses to log anyone in
+//     ("rpc not supported for learner") but wants a token for its status,
+//     takes one its peers gave. etcd's default simple tokens live in one
+//     member's memory. A token expires (ttl below): the operator logs in
+//     again when etcd refuses one.
 //
 // The kubelet's probes have no credentials either; etcd's health checks
 // need none on the metrics port (tls.go).
@@ -29,6 +33,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,81 +42,114 @@ import (
 
 const rootUser = "root"
 
-// etcdLogins is, by namespace/Pod, how the operator reaches a member:
-// observe sets it each pass from the Pod and the cluster's Secrets.
+// tokenTTL is how long etcd's tokens last (--auth-token's ttl).
+const tokenTTL = 10 * time.Minute
+
+// etcdLogins says how the operator reaches each member Pod, and holds one
+// token per cluster: observe sets them each pass from the Pods and the
+// cluster's Secrets.
 type etcdLogins struct {
-	mu   sync.Mutex
-	pods map[string]login
+	mu     sync.Mutex
+	pods   map[string]podLogin // by namespace/Pod
+	tokens map[string]token    // by namespace/base name
 }
 
-type login struct {
+type podLogin struct {
 	https    bool
+	cluster  string // namespace/base name
 	password string // the root user's; "" for a cluster without auth
-	token    string // etcd's, once it gave one for password
 }
 
-// set records how to reach a Pod, keeping its token while the password
-// stays the same.
-func (l *etcdLogins) set(ns, pod string, https bool, password string) {
+type token struct{ password, value string }
+
+// set records how to reach a Pod of the cluster base.
+func (l *etcdLogins) set(ns, pod, base string, https bool, password string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.pods == nil {
-		l.pods = map[string]login{}
+		l.pods, l.tokens = map[string]podLogin{}, map[string]token{}
 	}
-	old := l.pods[ns+"/"+pod]
-	if old.password != password {
-		old.token = ""
-	}
-	l.pods[ns+"/"+pod] = login{https: https, password: password, token: old.token}
+	l.pods[ns+"/"+pod] = podLogin{https: https, cluster: ns + "/" + base, password: password}
 }
 
-func (l *etcdLogins) get(ns, pod string) login {
+func (l *etcdLogins) get(ns, pod string) podLogin {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.pods[ns+"/"+pod]
 }
 
-func (l *etcdLogins) setToken(ns, pod, password, token string) {
+// token is the cluster's token for the Pod's password, "" if none.
+func (l *etcdLogins) token(ns, pod string) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if cur, ok := l.pods[ns+"/"+pod]; ok && cur.password == password {
-		cur.token = token
-		l.pods[ns+"/"+pod] = cur
+	p := l.pods[ns+"/"+pod]
+	if t := l.tokens[p.cluster]; t.password == p.password {
+		return t.value
 	}
+	return ""
+}
+
+func (l *etcdLogins) setToken(ns, pod, value string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.pods[ns+"/"+pod]
+	l.tokens[p.cluster] = token{password: p.password, value: value}
+}
+
+// peers are the other Pods of pod's cluster, where it can log in too.
+func (l *etcdLogins) peers(ns, pod string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.pods[ns+"/"+pod]
+	var out []string
+	for key, o := range l.pods {
+		if name := strings.TrimPrefix(key, ns+"/"); o.cluster == p.cluster && name != pod {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // tokenRefused are etcd's words for a token it no longer takes, or for a
 // request that came without one.
 var tokenRefused = []string{"invalid auth token", "revision of auth store is old", "user name is empty"}
 
-// authenticated returns ctx with the member's token, if the operator has
-// one; with login, it logs in for a new one first. A token is asked for
-// only once etcd wants one: a learner refuses to log anyone in ("rpc not
-// supported for learner") but tells its status to anyone, and a cluster
-// whose auth is not on yet needs none.
+// authenticated returns ctx with the cluster's token, if the operator has
+// one; with login, it logs in for a new one first, at pod or, if pod
+// will not (a learner), at its peers. A token is asked for only once etcd
+// wants one: a cluster whose auth is not on yet needs none.
 func (c *controller) authenticated(ctx context.Context, ns, pod string, login bool) (context.Context, error) {
 	l := c.logins.get(ns, pod)
 	if l.password == "" {
 		return ctx, nil
 	}
 	if login {
-		var a struct {
-			Token string `json:"token"`
+		var err error
+		for _, at := range append([]string{pod}, c.logins.peers(ns, pod)...) {
+			var a struct {
+				Token string `json:"token"`
+			}
+			err = c.etcdOnce(ctx, ns, at, c.logins.get(ns, at).https, "/v3/auth/authenticate", map[string]string{"name": rootUser, "password": l.password}, &a)
+			if etcdRefused(err, "authentication is not enabled") {
+				return ctx, nil
+			}
+			if err == nil {
+				c.logins.setToken(ns, pod, a.Token)
+				break
+			}
+			if authFailed(err) {
+				break
+			}
 		}
-		err := c.etcdOnce(ctx, ns, pod, l.https, "/v3/auth/authenticate", map[string]string{"name": rootUser, "password": l.password}, &a)
-		switch {
-		case etcdRefused(err, "authentication is not enabled"):
-			return ctx, nil
-		case err != nil:
+		if err != nil {
 			return ctx, fmt.Errorf("log in to etcd member %s as %s: %w", pod, rootUser, err)
 		}
-		c.logins.setToken(ns, pod, l.password, a.Token)
-		l.token = a.Token
 	}
-	if l.token == "" {
-		return ctx, nil
+	if t := c.logins.token(ns, pod); t != "" {
+		return kube.WithHeader(ctx, "Grpc-Metadata-Token", t), nil
 	}
-	return kube.WithHeader(ctx, "Grpc-Metadata-Token", l.token), nil
+	return ctx, nil
 }
 
 // authFailed reports etcd refusing the password itself: someone changed
@@ -132,7 +170,7 @@ func (c *controller) knowLogin(ctx context.Context, ec *EtcdCluster, p *pod) err
 	if err := c.getJSON(ctx, corePath(ns, "secrets")+"/"+rootSecret(baseName(ec.Metadata.Name)), &s); err != nil {
 		return fmt.Errorf("read the root password of %s: %w", ec.key(), err)
 	}
-	c.logins.set(ns, p.Metadata.Name, https, string(s.Data["password"]))
+	c.logins.set(ns, p.Metadata.Name, baseName(ec.Metadata.Name), https, string(s.Data["password"]))
 	return nil
 }
 

@@ -402,8 +402,7 @@ func (h *hashingReader) Read(b []byte) (int, error) {
 // closes the reader.
 func (c *controller) openSnapshot(ctx context.Context, ns, podName string) (*snapshot.Reader, error) {
 	p := etcdPath(ns, podName, c.logins.get(ns, podName).https) + "/v3/maintenance/snapshot"
-	l := c.logins.get(ns, podName)
-	actx, err := c.authenticated(ctx, ns, podName, l.password != "" && l.token == "")
+	actx, err := c.authenticated(ctx, ns, podName, c.logins.token(ns, podName) == "")
 	if err != nil {
 		return nil, err
 	}

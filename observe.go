@@ -196,7 +196,7 @@ func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base, known s
 			if p.TLS && obs.TLS != nil {
 				password = obs.TLS.Root
 			}
-			c.logins.set(ns, p.Name, p.TLS, password)
+			c.logins.set(ns, p.Name, base, p.TLS, password)
 		}
 	}
 	obs.Etcd, err = c.observeEtcd(ctx, ns, running, known, tlsOn)

@@ -11,11 +11,13 @@
 //
 // The Secrets, all labelled with the cluster's and owned by it:
 //
-//   - BASE-ca: the CA's certificate and key (tls.crt, tls.key).
+//   - BASE-ca: the CA's certificate and key (tls.crt, tls.key), and the
+//     key pair the members sign etcd's tokens with (jwt.key, jwt.pub;
+//     auth.go says why).
 //   - MEMBER-tls: a member's certificate and key with the CA (tls.crt,
 //     tls.key, ca.crt, the shape cert-manager writes), both a server
 //     certificate for clients and peers and a client one for dialling its
-//     peers, for every name the member is reached by.
+//     peers, for every name the member is reached by; and the token keys.
 //   - BASE-root: etcd's root user and its password, with the CA to trust
 //     (username, password, ca.crt): what an administrator needs to connect
 //     (auth.go says why clients use passwords and not certificates).
@@ -26,7 +28,11 @@ package main
 
 import (
 	"cmp"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -123,6 +129,8 @@ func (p clusterPlan) tlsFlags() []string {
 		// the CA, which signs this cluster's members only, is the check.
 		"--peer-skip-client-san-verification",
 		fmt.Sprintf("--listen-metrics-urls=http://0.0.0.0:%d", metricsPort),
+		// Tokens every member can check (auth.go), not etcd's simple ones.
+		fmt.Sprintf("--auth-token=jwt,pub-key=%s/jwt.pub,priv-key=%s/jwt.key,sign-method=ES256,ttl=%s", tlsDir, tlsDir, tokenTTL),
 	}
 }
 
@@ -178,6 +186,8 @@ type secretToMake struct {
 	CA       *ca.CA
 	Leaf     ca.Leaf
 	Lifetime time.Duration // of a new CA
+	// JWT are the token keys a leaf's Secret carries, from BASE-ca.
+	JWT map[string][]byte
 }
 
 func (p clusterPlan) caToMake() *secretToMake {
@@ -188,8 +198,8 @@ func (p clusterPlan) rootToMake(issuer *ca.CA) *secretToMake {
 	return &secretToMake{Kind: secretRoot, Name: rootSecret(p.Base), Meta: p.meta(rootSecret(p.Base), ""), CA: issuer}
 }
 
-func (p clusterPlan) leafToMake(issuer *ca.CA, member string) *secretToMake {
-	return &secretToMake{Kind: secretLeaf, Name: memberSecret(member), Meta: p.meta(memberSecret(member), member), CA: issuer,
+func (p clusterPlan) leafToMake(issuer *ca.CA, jwt map[string][]byte, member string) *secretToMake {
+	return &secretToMake{Kind: secretLeaf, Name: memberSecret(member), Meta: p.meta(memberSecret(member), member), CA: issuer, JWT: jwt,
 		Leaf: ca.Leaf{CommonName: member, DNSNames: p.memberNames(member), IPs: []net.IP{net.IPv4(127, 0, 0, 1)},
 			Server: true, Client: true, Lifetime: p.TLS.CertificateLifetime}}
 }
@@ -202,7 +212,11 @@ func (s *secretToMake) data(now time.Time) (typ string, data map[string][]byte, 
 		if err != nil {
 			return "", nil, err
 		}
-		return "kubernetes.io/tls", map[string][]byte{"tls.crt": c.CertPEM(), "tls.key": c.KeyPEM()}, nil
+		jwt, err := jwtKeys()
+		if err != nil {
+			return "", nil, err
+		}
+		return "kubernetes.io/tls", map[string][]byte{"tls.crt": c.CertPEM(), "tls.key": c.KeyPEM(), "jwt.key": jwt["jwt.key"], "jwt.pub": jwt["jwt.pub"]}, nil
 	case secretRoot:
 		b := make([]byte, 24)
 		if _, err := rand.Read(b); err != nil {
@@ -215,9 +229,30 @@ func (s *secretToMake) data(now time.Time) (typ string, data map[string][]byte, 
 		if err != nil {
 			return "", nil, err
 		}
-		return "kubernetes.io/tls", map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": s.CA.CertPEM()}, nil
+		return "kubernetes.io/tls", map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": s.CA.CertPEM(), "jwt.key": s.JWT["jwt.key"], "jwt.pub": s.JWT["jwt.pub"]}, nil
 	}
 	return "", nil, fmt.Errorf("secret %s: unknown kind %q", s.Name, s.Kind)
+}
+
+// jwtKeys is a new ECDSA P-256 key pair in PEM, as etcd's ES256 tokens
+// take it.
+func jwtKeys() (map[string][]byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	priv, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(key.Public())
+	if err != nil {
+		return nil, err
+	}
+	return map[string][]byte{
+		"jwt.key": pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: priv}),
+		"jwt.pub": pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}),
+	}, nil
 }
 
 // body is the Secret to create.
@@ -234,6 +269,8 @@ type tlsView struct {
 	CA *ca.CA // nil if BASE-ca is missing or unreadable
 	// CAProblem says why BASE-ca cannot be used, if it exists.
 	CAProblem string
+	// JWT are BASE-ca's token keys (jwt.key, jwt.pub).
+	JWT map[string][]byte
 	// HasRoot: BASE-root exists; Root is the root user's password in it.
 	HasRoot bool
 	Root    string
@@ -265,8 +302,13 @@ func tlsOf(secrets []secret, base string, now time.Time) *tlsView {
 	}
 	if s, ok := byName[caSecret(base)]; ok {
 		var err error
-		if v.CA, err = ca.Parse(s.Data["tls.crt"], s.Data["tls.key"]); err != nil {
+		v.CA, err = ca.Parse(s.Data["tls.crt"], s.Data["tls.key"])
+		v.JWT = map[string][]byte{"jwt.key": s.Data["jwt.key"], "jwt.pub": s.Data["jwt.pub"]}
+		switch {
+		case err != nil:
 			v.CAProblem = fmt.Sprintf("Secret %s: %v", caSecret(base), err)
+		case len(v.JWT["jwt.key"]) == 0 || len(v.JWT["jwt.pub"]) == 0:
+			v.CA, v.CAProblem = nil, fmt.Sprintf("Secret %s has no jwt.key and jwt.pub", caSecret(base))
 		}
 	}
 	if s, ok := byName[rootSecret(base)]; ok {
@@ -287,6 +329,8 @@ func tlsOf(secrets []secret, base string, now time.Time) *tlsView {
 			l.Problem = "the certificate does not name " + member
 		case !slices.Equal(s.Data["ca.crt"], v.CA.CertPEM()):
 			l.Problem = "its ca.crt is not the cluster's CA"
+		case !slices.Equal(s.Data["jwt.pub"], v.JWT["jwt.pub"]) || !slices.Equal(s.Data["jwt.key"], v.JWT["jwt.key"]):
+			l.Problem = "its token keys are not the cluster's"
 		}
 		l.Renew = l.Renew || l.Problem != ""
 		v.Leaves[member] = l
@@ -355,7 +399,7 @@ func (d *decision) missingSecrets(names []string) []object {
 	}
 	for _, m := range names {
 		if _, ok := v.Leaves[m]; !ok {
-			objs = append(objs, object{Resource: "secrets", Name: memberSecret(m), Secret: plan.leafToMake(v.CA, m)})
+			objs = append(objs, object{Resource: "secrets", Name: memberSecret(m), Secret: plan.leafToMake(v.CA, v.JWT, m)})
 		}
 	}
 	return objs
@@ -384,7 +428,7 @@ func (d *decision) certificates() (step, bool) {
 		switch {
 		case !ok:
 			msg := "issuing the certificate of member " + m + " (Secret " + memberSecret(m) + ")"
-			s := step{Action: actIssueCertificate, Member: m, Create: []object{{Resource: "secrets", Name: memberSecret(m), Secret: plan.leafToMake(v.CA, m)}}}
+			s := step{Action: actIssueCertificate, Member: m, Create: []object{{Resource: "secrets", Name: memberSecret(m), Secret: plan.leafToMake(v.CA, v.JWT, m)}}}
 			return d.progress(d.steadyPhase(), reasonRenewingCertificate, msg, s), true
 		case l.Renew:
 			why := "two thirds of its life are over"
@@ -392,7 +436,7 @@ func (d *decision) certificates() (step, bool) {
 				why = l.Problem
 			}
 			msg := fmt.Sprintf("renewing the certificate of member %s (Secret %s, valid until %s): %s", m, memberSecret(m), stamp(l.NotAfter), why)
-			s := step{Action: actRenewCertificate, Member: m, Renew: plan.leafToMake(v.CA, m),
+			s := step{Action: actRenewCertificate, Member: m, Renew: plan.leafToMake(v.CA, v.JWT, m),
 				News: []notice{{eventNormal, reasonCertificateRenewed, msg}}}
 			return d.progress(d.steadyPhase(), reasonRenewingCertificate, msg, s), true
 		}

@@ -110,7 +110,7 @@ func TestTLSCluster(t *testing.T) {
 		}
 		c := f.object("pods", "default", m)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
 		cmd := strings.Join(toStrings(c["command"]), " ")
-		for _, flag := range []string{"--peer-client-cert-auth", "--listen-client-urls=https://0.0.0.0:2379", "--initial-advertise-peer-urls=https://" + m + ":2380", "--listen-metrics-urls=http://0.0.0.0:2381"} {
+		for _, flag := range []string{"--peer-client-cert-auth", "--listen-client-urls=https://0.0.0.0:2379", "--initial-advertise-peer-urls=https://" + m + ":2380", "--listen-metrics-urls=http://0.0.0.0:2381", "--auth-token=jwt,pub-key=/etc/etcd/tls/jwt.pub"} {
 			if !strings.Contains(cmd, flag) {
 				t.Errorf("pod %s lacks %s: %s", m, flag, cmd)
 			}
@@ -267,7 +267,10 @@ func TestDecideTLS(t *testing.T) {
 		{name: "auth waits for a quorum", in: tlsIn(3), obs: func(w *world) { w.obs.Etcd.Auth = &authView{}; w.down("example-1", "example-2") }},
 		{name: "a member without its certificate gets one", in: tlsIn(3), obs: func(w *world) { delete(w.obs.TLS.Leaves, "example-1") }, action: actIssueCertificate, member: "example-1", reason: reasonRenewingCertificate, creates: []string{"secrets/example-1-tls"}},
 		{name: "a due certificate is renewed", in: tlsIn(3), obs: func(w *world) { w.obs.TLS.Leaves["example-2"] = leafView{Renew: true} }, action: actRenewCertificate, member: "example-2", reason: reasonRenewingCertificate},
-		{name: "renewal needs no quorum", in: tlsIn(3), obs: func(w *world) { w.down("example-1", "example-2"); w.obs.TLS.Leaves["example-2"] = leafView{Renew: true} }, action: actRenewCertificate, member: "example-2"},
+		{name: "renewal needs no quorum", in: tlsIn(3), obs: func(w *world) {
+			w.down("example-1", "example-2")
+			w.obs.TLS.Leaves["example-2"] = leafView{Renew: true}
+		}, action: actRenewCertificate, member: "example-2"},
 		{name: "without its CA the cluster waits", in: tlsIn(3), obs: func(w *world) { w.obs.TLS.CA = nil }, reason: reasonBadSecret, again: pollAgain},
 		{name: "settled: back when the first certificate is due", in: tlsIn(3), reason: reasonIdle, again: time.Hour},
 		{name: "spec.tls removed: the members stay on TLS", in: plain, reason: reasonTLSSwitchUnsupported, again: time.Hour},

@@ -79,6 +79,7 @@ func TestInCluster(t *testing.T) {
 	// from one made with every verb.
 	const podsRule = "    resources: [pods, services]\n    verbs: [create, get, list, watch, delete]"
 	const claimsRule = "    resources: [persistentvolumeclaims]\n    verbs: [create, get, list, watch, delete, patch]"
+	const secretsRule = "    resources: [secrets]\n    verbs: [get, list, create, patch]"
 	for _, tc := range []struct {
 		name, from, to, can, want string
 		logOnly                   bool // no cluster's status can say it
@@ -87,7 +88,18 @@ func TestInCluster(t *testing.T) {
 		// the kubelet starts it again and it asks now.
 		restart bool
 		change  func(name string) // a spec change that needs the verb
+		tls     bool               // the cluster has spec.tls
 	}{
+		{
+			name: "no create on secrets", can: "create secrets", tls: true,
+			from: secretsRule, to: "    resources: [secrets]\n    verbs: [get, list, patch]",
+			want: `secrets is forbidden: User \"system:serviceaccount:incluster:etcd-operator\" cannot create resource \"secrets\"`,
+		},
+		{
+			name: "no list on secrets", can: "list secrets", tls: true,
+			from: secretsRule, to: "    resources: [secrets]\n    verbs: [get, create, patch]",
+			want: `cannot list resource \"secrets\"`,
+		},
 		{
 			name: "no create on services", can: "create services",
 			from: podsRule, to: "    resources: [pods, services]\n    verbs: [get, list, watch, delete]",
@@ -179,7 +191,11 @@ func TestInCluster(t *testing.T) {
 			if tc.change != nil {
 				tc.change(name)
 			} else {
-				applyCluster(t, Cluster{Namespace: ns, Name: name, Size: 1, Version: "v3.6.16"})
+				c := Cluster{Namespace: ns, Name: name, Size: 1, Version: "v3.6.16"}
+				if tc.tls {
+					c.TLS = map[string]any{}
+				}
+				applyCluster(t, c)
 			}
 			if tc.logOnly {
 				err := Eventually(90*time.Second, "the log to say "+tc.want, func() (bool, error) {

@@ -108,13 +108,16 @@ func TestTLSNoAnonymousAccess(t *testing.T) {
 	needNode(t)
 	ns := nodeNamespace(t, "tls")
 	startOperator(t, ns, "")
-	applyCluster(t, Cluster{Namespace: ns, Name: "secure", Size: 3, TLS: map[string]any{}})
-	ec := waitPhaseIn(t, ns, "secure", "Running", 2*time.Minute)
+	// The example as it is.
+	if _, err := cp.Kubectl("", "apply", "-n", ns, "-f", examplePath("etcd-cluster-tls.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	ec := waitPhaseIn(t, ns, "example-tls", "Running", 2*time.Minute)
 	st, _ := ec.status()["tls"].(map[string]any)
 	if st["auth"] != "enabled" {
 		// The status may be a pass behind the auth enable.
 		err := Eventually(30*time.Second, "status.tls.auth enabled", func() (bool, error) {
-			o, err := cp.WaitPhase(ns, "secure", "Running", time.Second)
+			o, err := cp.WaitPhase(ns, "example-tls", "Running", time.Second)
 			st, _ = object(o).status()["tls"].(map[string]any)
 			return err == nil && st["auth"] == "enabled", nil
 		})
@@ -122,12 +125,12 @@ func TestTLSNoAnonymousAccess(t *testing.T) {
 			t.Fatalf("%v: status.tls = %v", err, st)
 		}
 	}
-	creds := secretData(t, ns, "secure-root")
+	creds := secretData(t, ns, "example-tls-root")
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(creds["ca.crt"]) {
-		t.Fatalf("secure-root has no ca.crt: %q", creds["ca.crt"])
+		t.Fatalf("example-tls-root has no ca.crt: %q", creds["ca.crt"])
 	}
-	ip := cp.PodIP(ns, "secure-0")
+	ip := cp.PodIP(ns, "example-tls-0")
 	client := etcdClient(roots, nil)
 	put := map[string]string{"key": b64("/e2e/tls"), "value": b64("secret")}
 
@@ -155,7 +158,7 @@ func TestTLSNoAnonymousAccess(t *testing.T) {
 		if code, out, err := etcdPost(client, "https://"+ip+":2379/v3/kv/put", token, put); err != nil || code != 200 {
 			t.Fatalf("put as root: %d %s %v", code, out, err)
 		}
-		last := cp.PodIP(ns, "secure-2")
+		last := cp.PodIP(ns, "example-tls-2")
 		code, out, err := etcdPost(client, "https://"+last+":2379/v3/kv/range", login(t, client, last, string(creds["password"])), map[string]string{"key": put["key"]})
 		if err != nil || code != 200 || !strings.Contains(out, put["value"]) {
 			t.Errorf("range as root on secure-2: %d %s %v", code, out, err)
@@ -180,15 +183,15 @@ func TestTLSNoAnonymousAccess(t *testing.T) {
 		}
 	})
 	t.Run("resize over TLS", func(t *testing.T) {
-		applyCluster(t, Cluster{Namespace: ns, Name: "secure", Size: 5, TLS: map[string]any{}})
+		applyCluster(t, Cluster{Namespace: ns, Name: "example-tls", Size: 5})
 		err := Eventually(3*time.Minute, "5 members ready", func() (bool, error) {
-			o, err := cp.WaitPhase(ns, "secure", "Running", time.Second)
+			o, err := cp.WaitPhase(ns, "example-tls", "Running", time.Second)
 			return err == nil && object(o).status()["ready"] == "5/5", nil
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		last := cp.PodIP(ns, "secure-4")
+		last := cp.PodIP(ns, "example-tls-4")
 		code, out, err := etcdPost(client, "https://"+last+":2379/v3/kv/range", login(t, client, last, string(creds["password"])), map[string]string{"key": put["key"]})
 		if err != nil || code != 200 || !strings.Contains(out, put["value"]) {
 			t.Errorf("range as root on the new member: %d %s %v", code, out, err)
