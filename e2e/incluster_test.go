@@ -88,7 +88,7 @@ func TestInCluster(t *testing.T) {
 		// the kubelet starts it again and it asks now.
 		restart bool
 		change  func(name string) // a spec change that needs the verb
-		tls     bool               // the cluster has spec.tls
+		tls     bool              // the cluster has spec.tls
 	}{
 		{
 			name: "no create on secrets", can: "create secrets", tls: true,

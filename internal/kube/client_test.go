@@ -236,3 +236,28 @@ func writeStatus(w http.ResponseWriter, code int, reason, message string) {
 	json.NewEncoder(w).Encode(map[string]any{"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{},
 		"status": "Failure", "message": message, "reason": reason, "code": code})
 }
+
+// WithHeader's headers reach the server, and the Authorization header stays
+// the client's own.
+func TestWithHeader(t *testing.T) {
+	got := make(chan http.Header, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+		w.Write([]byte("{}"))
+	}))
+	defer srv.Close()
+	c := New(srv.URL, nil)
+	ctx := WithHeader(WithHeader(context.Background(), "Grpc-Metadata-Token", "old"), "Grpc-Metadata-Token", "t1")
+	if _, err := c.Once(ctx, http.MethodPost, "/x", nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	if h := <-got; h.Get("Grpc-Metadata-Token") != "t1" || len(h.Values("Grpc-Metadata-Token")) != 1 {
+		t.Errorf("Grpc-Metadata-Token = %q, want t1 once", h.Values("Grpc-Metadata-Token"))
+	}
+	if _, err := c.Once(context.Background(), http.MethodPost, "/x", nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	if h := <-got; h.Get("Grpc-Metadata-Token") != "" {
+		t.Errorf("a request without WithHeader sent %q", h.Get("Grpc-Metadata-Token"))
+	}
+}
