@@ -247,7 +247,11 @@ func (c *controller) snapshotMember(ctx context.Context, ec *EtcdCluster) (strin
 			return "", 0, err
 		}
 		var st memberRevision
-		if err := c.etcd(ctx, ns, p.Metadata.Name, "/v3/maintenance/status", struct{}{}, &st); err != nil {
+		err := c.etcd(ctx, ns, p.Metadata.Name, "/v3/maintenance/status", struct{}{}, &st)
+		if authFailed(err) {
+			return "", 0, fmt.Errorf("snapshot of %s: etcd refuses the root password in Secret %s: %w", ec.key(), rootSecret(baseName(ec.Metadata.Name)), err)
+		}
+		if err != nil {
 			c.log.Debug("member did not answer; not snapshotting it", "pod", ns+"/"+p.Metadata.Name, "err", err)
 			continue
 		}

@@ -193,6 +193,9 @@ type backupAPI struct {
 	mu        sync.Mutex
 	patches   []string
 	snapshots []string // Pods asked for a snapshot
+	// tls: the members run spec.tls's flags; they answer on https only
+	// and, auth on, want the token that root's password "pw" buys.
+	tls bool
 }
 
 func newBackupAPI(t *testing.T, data []byte) *backupAPI {
@@ -208,6 +211,30 @@ func newBackupAPI(t *testing.T, data []byte) *backupAPI {
 
 func (a *backupAPI) serve(w http.ResponseWriter, r *http.Request) {
 	p := strings.TrimPrefix(r.URL.Path, "/api/v1/namespaces/ns/")
+	if a.tls && strings.Contains(p, "/proxy/") {
+		var ok bool
+		if p, ok = strings.CutPrefix(p, "pods/https:"); !ok {
+			w.WriteHeader(http.StatusBadGateway)
+			fmt.Fprint(w, `{"kind":"Status","code":502,"message":"error trying to reach service: tls: first record does not look like a TLS handshake"}`)
+			return
+		}
+		p = "pods/" + p
+		b, _ := io.ReadAll(r.Body)
+		switch {
+		case strings.HasSuffix(p, "/v3/auth/authenticate"):
+			if !strings.Contains(string(b), `"password":"pw"`) {
+				w.WriteHeader(http.StatusBadRequest)
+				fmt.Fprint(w, `{"error":"etcdserver: authentication failed, invalid user ID or password","code":3,"message":"etcdserver: authentication failed, invalid user ID or password"}`)
+				return
+			}
+			fmt.Fprint(w, `{"token":"tok"}`)
+			return
+		case r.Header.Get("Grpc-Metadata-Token") != "tok":
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprint(w, `{"error":"etcdserver: user name is empty","code":16,"message":"etcdserver: user name is empty"}`)
+			return
+		}
+	}
 	switch {
 	case strings.HasPrefix(p, "secrets/"):
 		data, ok := a.secrets[strings.TrimPrefix(p, "secrets/")]
@@ -247,6 +274,9 @@ func (a *backupAPI) servePods(w http.ResponseWriter) {
 				map[string]any{"apiVersion": apiVersion, "kind": kind, "name": "example", "uid": "uid-1", "controller": true}}},
 			"status": map[string]any{"phase": "Running", "podIP": "10.0.0.1", "conditions": []any{map[string]any{"type": "Ready", "status": "True"}}},
 		})
+		if a.tls {
+			items[len(items)-1]["spec"] = map[string]any{"containers": []any{map[string]any{"name": "etcd", "command": []string{"/usr/local/bin/etcd", "--peer-client-cert-auth"}}}}
+		}
 	}
 	json.NewEncoder(w).Encode(map[string]any{"items": items})
 }
@@ -311,6 +341,33 @@ func TestBackupCluster(t *testing.T) {
 				t.Errorf("the object undone is %d bytes, want the snapshot's %d", len(got), len(want))
 			}
 		})
+	}
+}
+
+// A backup of a TLS cluster: over https, signed in as root with the
+// password from the cluster's Secret, though no pass has run.
+func TestBackupWithTLS(t *testing.T) {
+	data := snapshottest.Data(50000)
+	a, objs := newBackupAPI(t, data), s3test.New(t, "bkt")
+	a.tls = true
+	a.secrets["example-root"] = map[string][]byte{"username": []byte("root"), "password": []byte("pw")}
+	ec := exampleCluster(t, objs.URL, "")
+	spec, err := backupSpecOf(ec.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := backupController(a).backupCluster(context.Background(), ec, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obj, ok := objs.Object("bkt", rec.Key); !ok || rec.Size != int64(len(obj)) || rec.Member != "example-1" {
+		t.Errorf("record %+v, object in S3 %v", rec, ok)
+	}
+	// A wrong password is an error that says so.
+	a.secrets["example-root"]["password"] = []byte("changed")
+	_, err = backupController(a).backupCluster(context.Background(), ec, spec)
+	if err == nil || !strings.Contains(err.Error(), "authentication failed") {
+		t.Errorf("backup with a wrong password: %v", err)
 	}
 }
 
