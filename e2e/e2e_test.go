@@ -295,6 +295,7 @@ func TestSchemaRejectsInvalidClusters(t *testing.T) {
 		{"bad-version", "size: 1\n  version: \"3.6 latest\"", `spec.version in body should match`},
 		{"bad-storage-size", "size: 1\n  storage:\n    size: 8GB", `spec.storage.size in body should match`},
 		{"emptydir-with-size", "size: 1\n  storage:\n    emptyDir: true\n    size: 1Gi", `emptyDir cannot be set with size or storageClassName`},
+		{"bad-certificate-lifetime", "size: 1\n  tls:\n    certificateLifetime: 90d", `spec.tls.certificateLifetime in body should match`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			yaml := fmt.Sprintf("apiVersion: coreos.com/v1\nkind: EtcdCluster\nmetadata:\n  name: %s\n  namespace: %s\nspec:\n  %s\n", tc.name, iso.ns, tc.spec)
