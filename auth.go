@@ -28,7 +28,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"net/url"
@@ -238,7 +237,7 @@ func (d *decision) enableAuth() (step, bool) {
 	if d.tls() == nil || a == nil || a.Enabled || !d.quorumOK() || v.CA == nil {
 		return step{}, false
 	}
-	phase := cmp.Or(d.in.Prev.Phase, phaseCreating)
+	phase := d.healthPhase()
 	var s step
 	var msg string
 	switch {

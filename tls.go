@@ -423,13 +423,23 @@ func (d *decision) certificates() (step, bool) {
 		return d.wait(cmp.Or(d.in.Prev.Phase, phaseDegraded), reasonBadSecret, msg), true
 	}
 	plan := d.plan(d.image())
+	// progress reports the step; without a quorum the status says that
+	// first, as needQuorum would.
+	progress := func(msg string, s step) step {
+		if d.obs.Etcd.Members == nil || !d.quorumOK() {
+			d.unavailable()
+			d.st.Message += "; meanwhile " + msg
+			return s
+		}
+		return d.progress(d.healthPhase(), reasonRenewingCertificate, msg, s)
+	}
 	for _, m := range d.tlsMembers() {
 		l, ok := v.Leaves[m]
 		switch {
 		case !ok:
 			msg := "issuing the certificate of member " + m + " (Secret " + memberSecret(m) + ")"
 			s := step{Action: actIssueCertificate, Member: m, Create: []object{{Resource: "secrets", Name: memberSecret(m), Secret: plan.leafToMake(v.CA, v.JWT, m)}}}
-			return d.progress(d.steadyPhase(), reasonRenewingCertificate, msg, s), true
+			return progress(msg, s), true
 		case l.Renew:
 			why := "two thirds of its life are over"
 			if l.Problem != "" {
@@ -438,10 +448,20 @@ func (d *decision) certificates() (step, bool) {
 			msg := fmt.Sprintf("renewing the certificate of member %s (Secret %s, valid until %s): %s", m, memberSecret(m), stamp(l.NotAfter), why)
 			s := step{Action: actRenewCertificate, Member: m, Renew: plan.leafToMake(v.CA, v.JWT, m),
 				News: []notice{{eventNormal, reasonCertificateRenewed, msg}}}
-			return d.progress(d.steadyPhase(), reasonRenewingCertificate, msg, s), true
+			return progress(msg, s), true
 		}
 	}
 	return step{}, false
+}
+
+// healthPhase is the phase of a cluster that has a quorum, for a step
+// that changes no member: Running only while every member of spec.size
+// is ready.
+func (d *decision) healthPhase() string {
+	if d.st.ReadyMembers < max(d.in.Spec.Size, len(d.obs.Etcd.Members)) {
+		return phaseDegraded
+	}
+	return phaseRunning
 }
 
 // renewIn is how soon the next certificate is due: a settled cluster is
