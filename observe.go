@@ -176,7 +176,6 @@ func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base, known s
 	slices.SortFunc(pods, func(a, b cachedPod) int { return cmp.Compare(a.Name, b.Name) })
 	slices.Sort(obs.Services)
 	slices.SortFunc(obs.Claims, func(a, b claimView) int { return cmp.Compare(a.Name, b.Name) })
-	var running []string
 	now := time.Now()
 	tlsOn := wantTLS
 	for _, p := range pods {
@@ -189,18 +188,25 @@ func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base, known s
 			return obs, err
 		}
 	}
+	obs.Etcd, err = c.observeEtcd(ctx, ns, c.reachable(ns, base, pods, obs.TLS), known, tlsOn)
+	return obs, err
+}
+
+// reachable are the Pods whose etcd can be asked, each recorded with how
+// to reach it (auth.go).
+func (c *controller) reachable(ns, base string, pods []cachedPod, tls *tlsView) []string {
+	var running []string
 	for _, p := range pods {
 		if p.Phase == "Running" && p.HasIP && !p.Deleting {
 			running = append(running, p.Name)
 			password := ""
-			if p.TLS && obs.TLS != nil {
-				password = obs.TLS.Root
+			if p.TLS && tls != nil {
+				password = tls.Root
 			}
 			c.logins.set(ns, p.Name, base, p.TLS, password)
 		}
 	}
-	obs.Etcd, err = c.observeEtcd(ctx, ns, running, known, tlsOn)
-	return obs, err
+	return running
 }
 
 // list reads a cluster's member Pods, Services and PVCs with
