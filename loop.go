@@ -163,7 +163,7 @@ func (c *controller) clusterEvent(q *queue, ev event[*EtcdCluster], podsListed b
 	c.readiness[ec.key()] = readinessOf(st)
 	// A settled status that disagrees with the Pods (a Pod changed while
 	// the status write was on its way) gets a pass with a fresh read.
-	refresh := settled(ec) && disagrees(c.readiness[ec.key()], c.readyIn(ec.Metadata.Namespace, ec.Metadata.Name), podsListed)
+	refresh := quiet(ec) && disagrees(c.readiness[ec.key()], c.readyIn(ec.Metadata.Namespace, ec.Metadata.Name), podsListed)
 	q.add(item{cluster: ec, refresh: refresh})
 }
 
@@ -281,14 +281,17 @@ func disagrees(readiness string, ready func(name string) (ready, seen bool), all
 	return false
 }
 
-// settled reports a status that needs no pass when its cluster is replayed
-// (after a restart, a relist, or the operator's own status write): it
-// describes the current spec and no step is under way, or the only thing
-// awaited is its Pods starting, which the Pod watch reports.
-func settled(ec *EtcdCluster) bool {
+// quiet reports a status that describes the current spec with no step
+// under way, or with only its Pods' start awaited, which the Pod watch
+// reports.
+func quiet(ec *EtcdCluster) bool {
 	st := ec.status()
 	p, ok := st.condition(condProgressing)
-	// A TLS cluster is looked at all the same: its certificates' renewal
-	// dates are timers that only a pass sets (tls.go).
-	return st.ObservedGeneration == ec.Metadata.Generation && ok && (p.Status == "False" || p.Reason == reasonWaitingForMembers) && st.TLS == nil
+	return st.ObservedGeneration == ec.Metadata.Generation && ok && (p.Status == "False" || p.Reason == reasonWaitingForMembers)
 }
+
+// settled reports a status that needs no pass when its cluster is replayed
+// (after a restart, a relist, or the operator's own status write): a quiet
+// one, unless the cluster runs TLS, whose certificates' renewal dates are
+// timers that only a pass sets (tls.go).
+func settled(ec *EtcdCluster) bool { return quiet(ec) && ec.status().TLS == nil }

@@ -455,11 +455,15 @@ func (d *decision) certificates() (step, bool) {
 }
 
 // healthPhase is the phase of a cluster that has a quorum, for a step
-// that changes no member: Running only while every member of spec.size
-// is ready.
+// that changes no member: Running only while spec.size members, and no
+// more, are ready; Scaling while more members than spec.size wait to be
+// removed.
 func (d *decision) healthPhase() string {
-	if d.st.ReadyMembers < max(d.in.Spec.Size, len(d.obs.Etcd.Members)) {
+	switch {
+	case d.st.ReadyMembers < max(d.in.Spec.Size, len(d.obs.Etcd.Members)):
 		return phaseDegraded
+	case len(d.obs.Etcd.Members) > d.in.Spec.Size:
+		return phaseScaling
 	}
 	return phaseRunning
 }

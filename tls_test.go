@@ -183,15 +183,18 @@ func TestTLSRenewsCertificates(t *testing.T) {
 		name      string
 		cert, key []byte
 	}{{"another CA's", foreign, foreignKey}, {"due", due, dueKey}} {
+		// Counted first: a pass under way may see the change at once.
+		n := op.logged("certificate renewed")
 		f.mu.Lock()
 		s := f.objects["secrets/default/example-1-tls"]
 		s["data"] = map[string]any{"tls.crt": tc.cert, "tls.key": tc.key, "ca.crt": issuer.CertPEM()}
 		f.mu.Unlock()
-		n := op.logged("certificate renewed")
-		// Any event brings a pass. One that sees the short certificate
-		// renews nothing yet: it comes back when the certificate is due.
-		f.killMember("default", "example-2", false)
+		// The operator watches no Secrets: a member's failure brings a
+		// pass (renewals need no quorum). One that sees the short
+		// certificate renews nothing yet: it comes back when it is due.
+		f.killMember("default", "example-2", true)
 		op.waitLogs("certificate renewed", n+1)
+		f.killMember("default", "example-2", false)
 		d := secretData(t, f, "example-1-tls")
 		info, err := ca.Check(d["tls.crt"], d["tls.key"], issuer.CertPEM(), time.Now())
 		if err != nil || time.Until(info.NotAfter) < 80*24*time.Hour {
@@ -208,6 +211,25 @@ func TestTLSRenewsCertificates(t *testing.T) {
 		}
 		return renewed == 2
 	})
+}
+
+// TestTLSStatusCrossesAPodChange: a TLS cluster is never settled (its
+// renewals are timers a pass sets), yet its status write that comes back
+// after the Pod changed again still brings a pass, as a plain cluster's
+// does: the status does not stay on a member that came back.
+func TestTLSStatusCrossesAPodChange(t *testing.T) {
+	f := newFakeAPI(t)
+	f.putCluster("default", "example", map[string]any{"size": 3, "tls": map[string]any{}})
+	startOperator(t, f)
+	waitStatus(f, "example", tlsSettled(3))
+	f.lag() // the operator's status writes come back late
+	f.killMember("default", "example-2", true)
+	waitStatus(f, "example", statusCheck{"example-2 not ready", func(st clusterStatus) bool { return st.ReadyMembers == 2 }})
+	// Back up while the operator still believes the status that called
+	// it ready: the Pod's event is no news.
+	f.killMember("default", "example-2", false)
+	f.catchUp()
+	waitStatus(f, "example", tlsSettled(3))
 }
 
 // tlsWorld is newWorld(n) on TLS: every Pod with the TLS flags, every
@@ -253,6 +275,7 @@ func TestDecideTLS(t *testing.T) {
 		action  string
 		member  string
 		reason  string // of the Progressing condition
+		phase   string
 		creates []string
 		again   time.Duration
 	}{
@@ -270,7 +293,9 @@ func TestDecideTLS(t *testing.T) {
 		{name: "renewal needs no quorum", in: tlsIn(3), obs: func(w *world) {
 			w.down("example-1", "example-2")
 			w.obs.TLS.Leaves["example-2"] = leafView{Renew: true}
-		}, action: actRenewCertificate, member: "example-2"},
+		}, action: actRenewCertificate, member: "example-2", phase: phaseUnavailable},
+		{name: "a renewal says the cluster is healthy", in: tlsIn(3), obs: func(w *world) { w.obs.TLS.Leaves["example-2"] = leafView{Renew: true} }, action: actRenewCertificate, phase: phaseRunning},
+		{name: "a renewal with more members than spec.size says Scaling", in: tlsIn(2), obs: func(w *world) { w.obs.TLS.Leaves["example-2"] = leafView{Renew: true} }, action: actRenewCertificate, phase: phaseScaling},
 		{name: "without its CA the cluster waits", in: tlsIn(3), obs: func(w *world) { w.obs.TLS.CA = nil }, reason: reasonBadSecret, again: pollAgain},
 		{name: "settled: back when the first certificate is due", in: tlsIn(3), reason: reasonIdle, again: time.Hour},
 		{name: "spec.tls removed: the members stay on TLS", in: plain, reason: reasonTLSSwitchUnsupported, again: time.Hour},
@@ -291,6 +316,9 @@ func TestDecideTLS(t *testing.T) {
 			}
 			if p, _ := st.condition(condProgressing); tc.reason != "" && p.Reason != tc.reason {
 				t.Errorf("Progressing %s (%s), want %s", p.Reason, p.Message, tc.reason)
+			}
+			if tc.phase != "" && st.Phase != tc.phase {
+				t.Errorf("phase %s (%s), want %s", st.Phase, st.Message, tc.phase)
 			}
 			var created []string
 			for _, o := range s.Create {
