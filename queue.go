@@ -60,8 +60,9 @@ func newQueue() *queue {
 // add queues a cluster. An item of a generation already handled is
 // dropped, unless it asks for a fresh read. A cluster already waiting or
 // being worked on is queued once: a newer generation or a fresh read
-// replaces the item that waits; another event of the same generation
-// changes nothing (once that generation is handled it would be dropped).
+// replaces the item that waits, and keeps its ask for a fresh read;
+// another event of the same generation changes nothing (once that
+// generation is handled it would be dropped).
 func (q *queue) add(it item) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -77,6 +78,7 @@ func (q *queue) add(it item) {
 		q.order = append(q.order, k)
 		q.wake.Signal()
 	}
+	it.refresh = it.refresh || queued && old.refresh
 	q.waiting[k] = it
 }
 

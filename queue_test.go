@@ -56,6 +56,10 @@ func TestQueueFoldsAndDrops(t *testing.T) {
 		{name: "a new generation after the work", after: []item{queued("a", 2, false)}, want: []string{"a/1", "a/2"}},
 		{name: "read again, during the work", during: []item{queued("a", 1, true)}, want: []string{"a/1", "a/1 refresh"}},
 		{name: "read again, after the work", after: []item{queued("a", 1, true)}, want: []string{"a/1", "a/1 refresh"}},
+		// A Pod's event (no generation: the Pod does not know it) asks
+		// for a fresh read; the cluster's own status write, back after it,
+		// must not replace that with an item to drop.
+		{name: "read again, then an event of a handled generation", during: []item{queued("a", 0, true), queued("a", 1, false)}, want: []string{"a/1", "a/1 refresh"}},
 		{name: "another cluster is not held up", during: []item{queued("b", 1, false), queued("a", 2, false)}, want: []string{"a/1", "b/1", "a/2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
