@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"strings"
@@ -39,7 +40,11 @@ func (c *controller) act(ctx context.Context, s step) (outcome, error) {
 	case len(s.Create) > 0:
 		return c.createAll(ctx, log, s)
 	case s.Etcd != nil:
-		return c.changeMembers(ctx, log, s)
+		out, err := c.changeMembers(ctx, log, s)
+		if err != nil || s.Patch == nil {
+			return out, err
+		}
+		return c.patch(ctx, log, s) // then, for RetireUser, the Secret
 	case s.Delete != "":
 		if err := c.delete(ctx, log, s.Namespace, s.Delete, s.Member); err != nil {
 			return stepDone, err
@@ -49,19 +54,24 @@ func (c *controller) act(ctx context.Context, s step) (outcome, error) {
 	case s.Renew != nil:
 		return c.renewSecret(ctx, log, s)
 	case s.Patch != nil:
-		if _, err := c.client.Do(ctx, http.MethodPatch, s.Patch.Path, s.Patch.Body, s.Patch.ContentType); err != nil {
-			return stepDone, fmt.Errorf("%s %s: %w", patchFailed[s.Action], s.Member, err)
-		}
-		switch s.Action {
-		case actUpgrade:
-			c.cache.awaitWrite(s.Namespace, s.Cluster, "pods", s.Member, pendingWrite{uid: s.Owner, image: s.Image})
-		case actExpandVolume:
-			c.cache.awaitWrite(s.Namespace, s.Cluster, "persistentvolumeclaims", s.Member, pendingWrite{uid: s.Owner, size: s.Size})
-		}
-		log.Info(patched[s.Action], "member", s.Member, "image", s.Image)
-		return stepDone, nil
+		return c.patch(ctx, log, s)
 	}
 	return stepDone, fmt.Errorf("step %q sends nothing", s.Action)
+}
+
+// patch sends the step's PATCH.
+func (c *controller) patch(ctx context.Context, log *slog.Logger, s step) (outcome, error) {
+	if _, err := c.client.Do(ctx, http.MethodPatch, s.Patch.Path, s.Patch.Body, s.Patch.ContentType); err != nil {
+		return stepDone, fmt.Errorf("%s %s: %w", patchFailed[s.Action], s.Member, err)
+	}
+	switch s.Action {
+	case actUpgrade:
+		c.cache.awaitWrite(s.Namespace, s.Cluster, "pods", s.Member, pendingWrite{uid: s.Owner, image: s.Image})
+	case actExpandVolume:
+		c.cache.awaitWrite(s.Namespace, s.Cluster, "persistentvolumeclaims", s.Member, pendingWrite{uid: s.Owner, size: s.Size})
+	}
+	log.Info(patched[s.Action], "member", s.Member, "image", s.Image)
+	return stepDone, nil
 }
 
 // createAll creates the step's objects in order (Services before Pods). It
@@ -93,10 +103,21 @@ func (c *controller) createAll(ctx context.Context, log *slog.Logger, s step) (o
 // changeMembers sends a membership request to the leader's JSON gateway.
 // etcd's own refusals tell a step already taken from one not possible yet.
 func (c *controller) changeMembers(ctx context.Context, log *slog.Logger, s step) (outcome, error) {
-	err := c.etcd(ctx, s.Namespace, s.Etcd.Pod, s.Etcd.Path, s.Etcd.Body, nil)
+	body := s.Etcd.Body
+	if s.Etcd.RandomPassword {
+		pw, err := newPassword()
+		if err != nil {
+			return stepDone, err
+		}
+		b := maps.Clone(s.Etcd.Body.(map[string]string))
+		b["password"] = pw
+		body = b
+	}
+	err := c.etcd(ctx, s.Namespace, s.Etcd.Pod, s.Etcd.Path, body, nil)
 	switch {
 	case s.Action == actAddMember && etcdRefused(err, "already exists"),
-		s.Action == actAddRootUser && etcdRefused(err, "user name already exists"),
+		(s.Action == actAddRootUser || s.Action == actAddUser) && etcdRefused(err, "user name already exists"),
+		s.Action == actRetireUser && etcdRefused(err, "user name not found"),
 		s.Action == actPromote && etcdRefused(err, "can only promote a learner member"),
 		s.Action == actRemoveMember && etcdRefused(err, "member not found"):
 		return stepNoop, nil // an earlier pass did it: the next look sees it
@@ -115,13 +136,18 @@ var patched = map[string]string{
 	actUpgrade:      "member image changed; the kubelet restarts it",
 	actMarkFormed:   "cluster ID recorded in the EtcdCluster's annotations",
 	actExpandVolume: "volume claim asked to grow; its StorageClass's provisioner resizes it",
+	// Secret BASE-root (credentials.go):
+	actSwitchCredentials: "root credentials switched to the new user",
+	actRetireUser:        "previous root user forgotten",
 }
 
 // patchFailed names each PATCH in its error.
 var patchFailed = map[string]string{
-	actUpgrade:      "change the image of member",
-	actMarkFormed:   "record in the EtcdCluster the cluster ID",
-	actExpandVolume: "grow volume claim",
+	actUpgrade:           "change the image of member",
+	actMarkFormed:        "record in the EtcdCluster the cluster ID",
+	actExpandVolume:      "grow volume claim",
+	actSwitchCredentials: "switch the root credentials in their Secret",
+	actRetireUser:        "forget the previous root user in the credentials' Secret",
 }
 
 // membershipChange says what each etcd request did, or failed to do.
@@ -133,6 +159,9 @@ var membershipChange = map[string]struct{ done, failed string }{
 	actAddRootUser:  {"etcd's user root added", "add etcd's user root%s"},
 	actGrantRoot:    {"etcd's user root granted the role root", "grant etcd's user root the role root%s"},
 	actEnableAuth:   {"etcd's authentication turned on", "turn on etcd's authentication%s"},
+	actAddUser:      {"etcd user added for the root credentials' rotation", "add etcd's user for the rotation%s"},
+	actGrantUser:    {"etcd user granted the role root", "grant the rotation's user the role root%s"},
+	actRetireUser:   {"previous root user retired in etcd", "retire the previous root user%s"},
 }
 
 // renewSecret writes a new key and certificate into a member's Secret: a
@@ -145,6 +174,10 @@ func (c *controller) renewSecret(ctx context.Context, log *slog.Logger, s step) 
 	p := corePath(s.Namespace, "secrets") + "/" + url.PathEscape(s.Renew.Name)
 	if _, err := c.client.Do(ctx, http.MethodPatch, p, mustJSON(map[string]any{"data": data}), "application/merge-patch+json"); err != nil {
 		return stepDone, fmt.Errorf("renew secret %s: %w", s.Renew.Name, err)
+	}
+	if s.Renew.Kind == secretNextRoot {
+		log.Info("new root credentials prepared", "secret", s.Renew.Name, "user", s.Renew.User)
+		return stepDone, nil
 	}
 	log.Info("certificate renewed", "secret", s.Renew.Name)
 	return stepDone, nil

@@ -13,6 +13,7 @@
 //     role and turns authentication on (enableAuth below): three etcd
 //     requests, each decided from what etcd says, so each safe to repeat.
 //     Until then the cluster is open, as any etcd is before auth enable.
+//     A rotation later moves the Secret to another user (credentials.go).
 //   - It logs in (POST /v3/auth/authenticate) and sends the token in the
 //     Grpc-Metadata-Token header, which etcd's JSON gateway passes on as
 //     the gRPC metadata "token". The members issue JWTs signed with one key
@@ -56,19 +57,20 @@ type etcdLogins struct {
 type podLogin struct {
 	https    bool
 	cluster  string // namespace/base name
-	password string // the root user's; "" for a cluster without auth
+	user     string // with the root role: root until a rotation (credentials.go)
+	password string // user's; "" for a cluster without auth
 }
 
-type token struct{ password, value string }
+type token struct{ user, password, value string }
 
 // set records how to reach a Pod of the cluster base.
-func (l *etcdLogins) set(ns, pod, base string, https bool, password string) {
+func (l *etcdLogins) set(ns, pod, base string, https bool, user, password string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.pods == nil {
 		l.pods, l.tokens = map[string]podLogin{}, map[string]token{}
 	}
-	l.pods[ns+"/"+pod] = podLogin{https: https, cluster: ns + "/" + base, password: password}
+	l.pods[ns+"/"+pod] = podLogin{https: https, cluster: ns + "/" + base, user: user, password: password}
 }
 
 func (l *etcdLogins) get(ns, pod string) podLogin {
@@ -82,7 +84,7 @@ func (l *etcdLogins) token(ns, pod string) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p := l.pods[ns+"/"+pod]
-	if t := l.tokens[p.cluster]; t.password == p.password {
+	if t := l.tokens[p.cluster]; t.user == p.user && t.password == p.password {
 		return t.value
 	}
 	return ""
@@ -92,7 +94,7 @@ func (l *etcdLogins) setToken(ns, pod, value string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p := l.pods[ns+"/"+pod]
-	l.tokens[p.cluster] = token{password: p.password, value: value}
+	l.tokens[p.cluster] = token{user: p.user, password: p.password, value: value}
 }
 
 // peers are the other Pods of pod's cluster, where it can log in too.
@@ -129,7 +131,7 @@ func (c *controller) authenticated(ctx context.Context, ns, pod string, login bo
 			var a struct {
 				Token string `json:"token"`
 			}
-			err = c.etcdOnce(ctx, ns, at, c.logins.get(ns, at).https, "/v3/auth/authenticate", map[string]string{"name": rootUser, "password": l.password}, &a)
+			err = c.etcdOnce(ctx, ns, at, c.logins.get(ns, at).https, "/v3/auth/authenticate", map[string]string{"name": l.user, "password": l.password}, &a)
 			if etcdRefused(err, "authentication is not enabled") {
 				return ctx, nil
 			}
@@ -142,7 +144,7 @@ func (c *controller) authenticated(ctx context.Context, ns, pod string, login bo
 			}
 		}
 		if err != nil {
-			return ctx, fmt.Errorf("log in to etcd member %s as %s: %w", pod, rootUser, err)
+			return ctx, fmt.Errorf("log in to etcd member %s as %s: %w", pod, l.user, err)
 		}
 	}
 	if t := c.logins.token(ns, pod); t != "" {
@@ -169,7 +171,7 @@ func (c *controller) knowLogin(ctx context.Context, ec *EtcdCluster, p *pod) err
 	if err := c.getJSON(ctx, corePath(ns, "secrets")+"/"+rootSecret(baseName(ec.Metadata.Name)), &s); err != nil {
 		return fmt.Errorf("read the root password of %s: %w", ec.key(), err)
 	}
-	c.logins.set(ns, p.Metadata.Name, baseName(ec.Metadata.Name), https, string(s.Data["password"]))
+	c.logins.set(ns, p.Metadata.Name, baseName(ec.Metadata.Name), https, credentialsOf(s.Data, time.Now()).User, string(s.Data["password"]))
 	return nil
 }
 
@@ -179,11 +181,15 @@ type authView struct {
 	// RootUser and RootRole: the user root exists and has the role root,
 	// which auth enable needs. Asked only while auth is off.
 	RootUser, RootRole bool
+	// NextUser and NextRole: the same of a rotation's next user, asked
+	// only while one is under way (credentials.go).
+	NextUser, NextRole bool
 }
 
 // observeAuth asks the leader whether auth is on and, while it is not,
-// how far enableAuth got. nil if the leader did not say.
-func (c *controller) observeAuth(ctx context.Context, ns, leaderPod string) *authView {
+// how far enableAuth got; while it is and a rotation is under way, how far
+// that got (next is its user). nil if the leader did not say.
+func (c *controller) observeAuth(ctx context.Context, ns, leaderPod, next string) *authView {
 	var st struct {
 		Enabled bool `json:"enabled"`
 	}
@@ -191,21 +197,34 @@ func (c *controller) observeAuth(ctx context.Context, ns, leaderPod string) *aut
 		c.log.Debug("leader did not say whether auth is on", "pod", ns+"/"+leaderPod, "err", err)
 		return nil
 	}
+	user := rootUser
 	if st.Enabled {
-		return &authView{Enabled: true}
+		if next == "" {
+			return &authView{Enabled: true}
+		}
+		user = next
 	}
+	exists, role, err := c.userRole(ctx, ns, leaderPod, user)
+	if err != nil {
+		c.log.Debug("leader did not say whether user "+user+" exists", "pod", ns+"/"+leaderPod, "err", err)
+		return nil
+	}
+	if st.Enabled {
+		return &authView{Enabled: true, NextUser: exists, NextRole: role}
+	}
+	return &authView{RootUser: exists, RootRole: role}
+}
+
+// userRole says whether etcd has user, and whether it has the role root.
+func (c *controller) userRole(ctx context.Context, ns, pod, user string) (exists, root bool, err error) {
 	var u struct {
 		Roles []string `json:"roles"`
 	}
-	err := c.etcd(ctx, ns, leaderPod, "/v3/auth/user/get", map[string]string{"name": rootUser}, &u)
-	switch {
-	case etcdRefused(err, "user name not found"):
-		return &authView{}
-	case err != nil:
-		c.log.Debug("leader did not say whether user root exists", "pod", ns+"/"+leaderPod, "err", err)
-		return nil
+	err = c.etcd(ctx, ns, pod, "/v3/auth/user/get", map[string]string{"name": user}, &u)
+	if etcdRefused(err, "user name not found") {
+		return false, false, nil
 	}
-	return &authView{RootUser: true, RootRole: slices.Contains(u.Roles, rootUser)}
+	return err == nil, slices.Contains(u.Roles, rootUser), err
 }
 
 // observeTLS reads the cluster's Secrets with a label-selected LIST: a

@@ -85,6 +85,7 @@ const (
 	reasonRenewingCertificate   = "RenewingCertificate"
 	reasonTLSSwitchUnsupported  = "TLSSwitchUnsupported"
 	reasonEnablingAuth          = "EnablingAuth"
+	reasonRotatingCredentials   = "RotatingCredentials"
 
 	// Events only.
 	reasonClusterCreated     = "ClusterCreated"
@@ -97,6 +98,7 @@ const (
 	reasonMemberRestarted    = "MemberRestarted"
 	reasonCertificateRenewed = "CertificateRenewed"
 	reasonAuthEnabled        = "AuthEnabled"
+	reasonCredentialsRotated = "CredentialsRotated"
 )
 
 // steady: nothing to do: Running, or Degraded while the kubelet restarts a

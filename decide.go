@@ -128,6 +128,8 @@ type observed struct {
 	// TLS is what the cluster's Secrets hold, read with spec.tls or while
 	// a member runs TLS (tls.go); nil otherwise.
 	TLS *tlsView
+	// Now is when the pass looked, for what the step records of time.
+	Now time.Time
 }
 
 // input is the EtcdCluster as decide needs it.
@@ -183,6 +185,12 @@ const (
 	actGrantRoot        = "GrantRootRole"
 	actCreateRootSecret = "CreateRootSecret" // the root password's Secret
 	actEnableAuth       = "EnableAuth"
+
+	actPrepareCredentials = "PrepareCredentials" // a rotation's new user and password into BASE-root (credentials.go)
+	actAddUser            = "AddUser"
+	actGrantUser          = "GrantUser"
+	actSwitchCredentials  = "SwitchCredentials"
+	actRetireUser         = "RetireUser"
 )
 
 // annotationClusterID holds, on the EtcdCluster, the ID of the etcd cluster
@@ -237,6 +245,9 @@ type object struct {
 type etcdRequest struct {
 	Pod, Path string
 	Body      any
+	// RandomPassword: act puts a new random password into the body's
+	// "password", which nobody learns (credentials.go).
+	RandomPassword bool
 }
 
 // patch is one PATCH request.
@@ -258,8 +269,10 @@ func decide(in input, obs observed) (clusterStatus, step) {
 	d.finish()
 	if s.Action == actNone {
 		s.News = append(s.News, d.cannotProceed()...)
-		if next := d.renewIn(); next > 0 && (s.Again == 0 || next < s.Again) {
-			s.Again = next
+		for _, next := range []time.Duration{d.renewIn(), d.credentialsDue()} {
+			if next > 0 && (s.Again == 0 || next < s.Again) {
+				s.Again = next
+			}
 		}
 	}
 	if s.Action != actNone {
@@ -345,6 +358,7 @@ func (d *decision) operate() step {
 		(*decision).resize,
 		(*decision).upgrade,
 		(*decision).expandVolumes,
+		(*decision).rotateCredentials,
 	} {
 		if s, ok := r(d); ok {
 			return s

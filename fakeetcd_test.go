@@ -9,6 +9,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -39,15 +40,29 @@ type fakeEtcd struct {
 	auth fakeAuth
 }
 
-// fakeAuth is etcd's authentication: the user root, and JWTs that any
-// member checks.
+// fakeAuth is etcd's authentication: users, and JWTs that any member
+// checks. Every change to the users is a new revision of the auth store,
+// and etcd refuses the tokens of an older one.
 type fakeAuth struct {
-	Enabled            bool
-	RootUser, RootRole bool
-	Password           string
-	tokens             map[string]string // token -> the member that gave it
-	issued             int
+	Enabled  bool
+	users    map[string]*fakeUser
+	revision int
+	tokens   map[string]fakeToken
+	issued   int
 }
+
+type fakeUser struct {
+	Password string
+	Root     bool // has the role root
+}
+
+type fakeToken struct {
+	host     string // the member that gave it
+	revision int
+}
+
+// changed is a change to the users: a new revision.
+func (a *fakeAuth) changed() { a.revision++ }
 
 // authRefusal is etcd's word on a request's token, "" if it may pass.
 func (e *fakeEtcd) authRefusal(path, token, host string) string {
@@ -58,10 +73,12 @@ func (e *fakeEtcd) authRefusal(path, token, host string) string {
 		return ""
 	case token == "":
 		return "etcdserver: user name is empty"
-	case e.auth.tokens[token] == "":
+	case e.auth.tokens[token].host == "":
 		// The members sign JWTs with one key: any member's token is
 		// good on every member.
 		return "etcdserver: invalid auth token"
+	case e.auth.tokens[token].revision < e.auth.revision:
+		return "etcdserver: revision of auth store is old"
 	}
 	return ""
 }
@@ -512,6 +529,10 @@ func (e *fakeEtcd) serveAuth(w http.ResponseWriter, path, body, host string) str
 	var req struct{ Name, Password, User, Role string }
 	_ = json.Unmarshal([]byte(body), &req)
 	a := &e.auth
+	if a.users == nil {
+		a.users = map[string]*fakeUser{}
+	}
+	u := a.users[cmp.Or(req.Name, req.User)]
 	switch path {
 	case "/v3/auth/authenticate":
 		switch {
@@ -519,44 +540,67 @@ func (e *fakeEtcd) serveAuth(w http.ResponseWriter, path, body, host string) str
 			return "etcdserver: rpc not supported for learner"
 		case !a.Enabled:
 			return "etcdserver: authentication is not enabled"
-		case req.Name != rootUser || req.Password != a.Password:
+		case u == nil || req.Password != u.Password:
 			return "etcdserver: authentication failed, invalid user ID or password"
 		}
 		a.issued++
 		tok := fmt.Sprintf("tok-%s-%d", host, a.issued)
 		if a.tokens == nil {
-			a.tokens = map[string]string{}
+			a.tokens = map[string]fakeToken{}
 		}
-		a.tokens[tok] = host
+		a.tokens[tok] = fakeToken{host: host, revision: a.revision}
 		w.Write(mustJSON(map[string]any{"token": tok}))
 	case "/v3/auth/status":
 		w.Write(mustJSON(map[string]any{"enabled": a.Enabled}))
 	case "/v3/auth/user/get":
-		if req.Name != rootUser || !a.RootUser {
+		if u == nil {
 			return "etcdserver: user name not found"
 		}
 		roles := []string{}
-		if a.RootRole {
+		if u.Root {
 			roles = append(roles, rootUser)
 		}
 		w.Write(mustJSON(map[string]any{"roles": roles}))
 	case "/v3/auth/user/add":
-		if a.RootUser {
+		if u != nil {
 			return "etcdserver: user name already exists"
 		}
-		a.RootUser, a.Password = req.Name == rootUser, req.Password
+		a.users[req.Name] = &fakeUser{Password: req.Password}
+		a.changed()
 		w.Write(mustJSON(map[string]any{}))
 	case "/v3/auth/user/grant":
-		a.RootRole = a.RootUser && req.User == rootUser && req.Role == rootUser
+		if u == nil {
+			return "etcdserver: user name not found"
+		}
+		u.Root = u.Root || req.Role == rootUser
+		a.changed()
+		w.Write(mustJSON(map[string]any{}))
+	case "/v3/auth/user/changepw":
+		if u == nil {
+			return "etcdserver: user name not found"
+		}
+		u.Password = req.Password
+		a.changed()
+		w.Write(mustJSON(map[string]any{}))
+	case "/v3/auth/user/delete":
+		switch {
+		case u == nil:
+			return "etcdserver: user name not found"
+		case a.Enabled && req.Name == rootUser:
+			return "etcdserver: invalid auth management"
+		}
+		delete(a.users, req.Name)
+		a.changed()
 		w.Write(mustJSON(map[string]any{}))
 	case "/v3/auth/enable":
-		switch {
-		case !a.RootUser:
+		switch root := a.users[rootUser]; {
+		case root == nil:
 			return "etcdserver: root user does not exist"
-		case !a.RootRole:
+		case !root.Root:
 			return "etcdserver: root user does not have root role"
 		}
 		a.Enabled = true
+		a.changed()
 		w.Write(mustJSON(map[string]any{}))
 	default:
 		w.WriteHeader(404)

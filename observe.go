@@ -177,6 +177,7 @@ func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base, known s
 	slices.Sort(obs.Services)
 	slices.SortFunc(obs.Claims, func(a, b claimView) int { return cmp.Compare(a.Name, b.Name) })
 	now := time.Now()
+	obs.Now = now
 	tlsOn := wantTLS
 	for _, p := range pods {
 		obs.Pods = append(obs.Pods, p.view(now))
@@ -188,7 +189,7 @@ func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base, known s
 			return obs, err
 		}
 	}
-	obs.Etcd, err = c.observeEtcd(ctx, ns, c.reachable(ns, base, pods, obs.TLS), known, tlsOn)
+	obs.Etcd, err = c.observeEtcd(ctx, ns, c.reachable(ns, base, pods, obs.TLS), known, obs.TLS)
 	return obs, err
 }
 
@@ -199,11 +200,11 @@ func (c *controller) reachable(ns, base string, pods []cachedPod, tls *tlsView) 
 	for _, p := range pods {
 		if p.Phase == "Running" && p.HasIP && !p.Deleting {
 			running = append(running, p.Name)
-			password := ""
+			user, password := "", ""
 			if p.TLS && tls != nil {
-				password = tls.Root
+				user, password = tls.Creds.User, tls.Root
 			}
-			c.logins.set(ns, p.Name, base, p.TLS, password)
+			c.logins.set(ns, p.Name, base, p.TLS, user, password)
 		}
 	}
 	return running
@@ -276,7 +277,7 @@ type memberListAnswer struct {
 // for the member list: the leader's list is current, a follower's may lag.
 // A member that does not answer is an observation; the API server refusing
 // the operator the proxy (403) is an error that someone must fix.
-func (c *controller) observeEtcd(ctx context.Context, ns string, running []string, known string, tlsOn bool) (etcdView, error) {
+func (c *controller) observeEtcd(ctx context.Context, ns string, running []string, known string, tls *tlsView) (etcdView, error) {
 	var v etcdView
 	if len(running) > 0 {
 		v.AnsweredPods = []string{}
@@ -305,8 +306,8 @@ func (c *controller) observeEtcd(ctx context.Context, ns string, running []strin
 	}
 	v.Answered = len(answers)
 	c.listMembers(ctx, ns, &v, podOf[v.Leader], answers)
-	if tlsOn && v.LeaderPod != "" {
-		v.Auth = c.observeAuth(ctx, ns, v.LeaderPod)
+	if tls != nil && v.LeaderPod != "" {
+		v.Auth = c.observeAuth(ctx, ns, v.LeaderPod, tls.Creds.NextUser)
 	}
 	if askClusterVersion(v.Listed, known) {
 		var err error

@@ -18,9 +18,10 @@
 //     tls.key, ca.crt, the shape cert-manager writes), both a server
 //     certificate for clients and peers and a client one for dialling its
 //     peers, for every name the member is reached by; and the token keys.
-//   - BASE-root: etcd's root user and its password, with the CA to trust
-//     (username, password, ca.crt): what an administrator needs to connect
-//     (auth.go says why clients use passwords and not certificates).
+//   - BASE-root: a user with etcd's root role and its password, with the
+//     CA to trust (username, password, ca.crt): what an administrator needs
+//     to connect (auth.go says why clients use passwords and not
+//     certificates; credentials.go how they rotate).
 //
 // Renewal happens at two thirds of a certificate's life (ca.RenewAt): the
 // operator issues a new key and certificate into the member's Secret.
@@ -35,6 +36,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -63,6 +65,11 @@ type tlsSpec struct {
 	// CertificateLifetime is how long a member's certificate is valid;
 	// CALifetime the CA's. Short ones are for tests.
 	CertificateLifetime, CALifetime time.Duration
+	// CredentialsRotation, changed to any new value, asks for new root
+	// credentials; the old ones work for CredentialsOverlap more
+	// (credentials.go).
+	CredentialsRotation string
+	CredentialsOverlap  time.Duration
 }
 
 // parseTLS reads spec.tls: absent or null is plain http, an object (even
@@ -74,16 +81,21 @@ func parseTLS(raw json.RawMessage, version string) (*tlsSpec, error) {
 	var s struct {
 		CertificateLifetime *string `json:"certificateLifetime"`
 		CALifetime          *string `json:"caLifetime"`
+		CredentialsRotation string  `json:"credentialsRotation"`
+		CredentialsOverlap  *string `json:"credentialsOverlap"`
 	}
 	if err := json.Unmarshal(raw, &s); err != nil {
+		if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) && te.Field != "" {
+			return nil, fmt.Errorf("spec.tls.%s must be a string, not %s", te.Field, te.Value)
+		}
 		return nil, fmt.Errorf("spec.tls must be an object such as {certificateLifetime: 2160h}, not %s", excerpt(raw))
 	}
-	t := &tlsSpec{CertificateLifetime: defaultCertLifetime, CALifetime: defaultCALifetime}
+	t := &tlsSpec{CertificateLifetime: defaultCertLifetime, CALifetime: defaultCALifetime, CredentialsRotation: s.CredentialsRotation, CredentialsOverlap: defaultCredentialsOverlap}
 	for _, f := range []struct {
 		name string
 		raw  *string
 		d    *time.Duration
-	}{{"certificateLifetime", s.CertificateLifetime, &t.CertificateLifetime}, {"caLifetime", s.CALifetime, &t.CALifetime}} {
+	}{{"certificateLifetime", s.CertificateLifetime, &t.CertificateLifetime}, {"caLifetime", s.CALifetime, &t.CALifetime}, {"credentialsOverlap", s.CredentialsOverlap, &t.CredentialsOverlap}} {
 		if f.raw == nil {
 			continue
 		}
@@ -170,9 +182,10 @@ func (p clusterPlan) memberNames(member string) []string {
 
 // Kinds of Secret the operator makes.
 const (
-	secretCA   = "ca"
-	secretRoot = "root"
-	secretLeaf = "leaf"
+	secretCA       = "ca"
+	secretRoot     = "root"
+	secretLeaf     = "leaf"
+	secretNextRoot = "next-root" // a rotation's next user and password, into BASE-root (credentials.go)
 )
 
 // secretToMake is a Secret whose keys act makes as it sends it (tlsact.go):
@@ -188,6 +201,9 @@ type secretToMake struct {
 	Lifetime time.Duration // of a new CA
 	// JWT are the token keys a leaf's Secret carries, from BASE-ca.
 	JWT map[string][]byte
+	// User is the next root user's name, for a next-root; Rotation the
+	// spec.tls.credentialsRotation a root Secret answers.
+	User, Rotation string
 }
 
 func (p clusterPlan) caToMake() *secretToMake {
@@ -195,7 +211,8 @@ func (p clusterPlan) caToMake() *secretToMake {
 }
 
 func (p clusterPlan) rootToMake(issuer *ca.CA) *secretToMake {
-	return &secretToMake{Kind: secretRoot, Name: rootSecret(p.Base), Meta: p.meta(rootSecret(p.Base), ""), CA: issuer}
+	// The first password answers the rotation asked for at the start.
+	return &secretToMake{Kind: secretRoot, Name: rootSecret(p.Base), Meta: p.meta(rootSecret(p.Base), ""), CA: issuer, Rotation: p.TLS.CredentialsRotation}
 }
 
 func (p clusterPlan) leafToMake(issuer *ca.CA, jwt map[string][]byte, member string) *secretToMake {
@@ -218,12 +235,21 @@ func (s *secretToMake) data(now time.Time) (typ string, data map[string][]byte, 
 		}
 		return "kubernetes.io/tls", map[string][]byte{"tls.crt": c.CertPEM(), "tls.key": c.KeyPEM(), "jwt.key": jwt["jwt.key"], "jwt.pub": jwt["jwt.pub"]}, nil
 	case secretRoot:
-		b := make([]byte, 24)
-		if _, err := rand.Read(b); err != nil {
+		pw, err := newPassword()
+		if err != nil {
 			return "", nil, err
 		}
-		pw := base64.RawURLEncoding.EncodeToString(b)
-		return "Opaque", map[string][]byte{"username": []byte(rootUser), "password": []byte(pw), "ca.crt": s.CA.CertPEM()}, nil
+		data := map[string][]byte{"username": []byte(rootUser), "password": []byte(pw), "ca.crt": s.CA.CertPEM()}
+		if s.Rotation != "" {
+			data[keyRotation] = []byte(s.Rotation)
+		}
+		return "Opaque", data, nil
+	case secretNextRoot:
+		pw, err := newPassword()
+		if err != nil {
+			return "", nil, err
+		}
+		return "Opaque", map[string][]byte{keyNextUser: []byte(s.User), keyNextPassword: []byte(pw)}, nil
 	case secretLeaf:
 		cert, key, err := s.CA.Issue(s.Leaf, now)
 		if err != nil {
@@ -232,6 +258,15 @@ func (s *secretToMake) data(now time.Time) (typ string, data map[string][]byte, 
 		return "kubernetes.io/tls", map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": s.CA.CertPEM(), "jwt.key": s.JWT["jwt.key"], "jwt.pub": s.JWT["jwt.pub"]}, nil
 	}
 	return "", nil, fmt.Errorf("secret %s: unknown kind %q", s.Name, s.Kind)
+}
+
+// newPassword is 24 random bytes, in base64.
+func newPassword() (string, error) {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
 // jwtKeys is a new ECDSA P-256 key pair in PEM, as etcd's ES256 tokens
@@ -271,9 +306,11 @@ type tlsView struct {
 	CAProblem string
 	// JWT are BASE-ca's token keys (jwt.key, jwt.pub).
 	JWT map[string][]byte
-	// HasRoot: BASE-root exists; Root is the root user's password in it.
+	// HasRoot: BASE-root exists; Root is the password in it, of user
+	// Creds.User (root until a rotation, credentials.go).
 	HasRoot bool
 	Root    string
+	Creds   credentialsView
 	Leaves  map[string]leafView // by member name
 }
 
@@ -312,7 +349,7 @@ func tlsOf(secrets []secret, base string, now time.Time) *tlsView {
 		}
 	}
 	if s, ok := byName[rootSecret(base)]; ok {
-		v.HasRoot, v.Root = true, string(s.Data["password"])
+		v.HasRoot, v.Root, v.Creds = true, string(s.Data["password"]), credentialsOf(s.Data, now)
 	}
 	for name, s := range byName {
 		member, ok := strings.CutSuffix(name, "-tls")
@@ -529,6 +566,9 @@ func (d *decision) reportTLS() {
 	}
 	if v.CA != nil {
 		t.CANotAfter = stamp(v.CA.NotAfter())
+	}
+	if v.HasRoot {
+		t.User, t.CredentialsRotation = v.Creds.User, v.Creds.Rotation
 	}
 	for _, m := range d.tlsMembers() {
 		if l, ok := v.Leaves[m]; ok {

@@ -19,9 +19,12 @@ func TestParseTLS(t *testing.T) {
 	}{
 		{raw: ``, want: nil},
 		{raw: `null`, want: nil},
-		{raw: `{}`, version: "v3.6.16", want: &tlsSpec{defaultCertLifetime, defaultCALifetime}},
-		{raw: `{"certificateLifetime":"2m","caLifetime":"1h"}`, version: "v3.6.16", want: &tlsSpec{2 * time.Minute, time.Hour}},
-		{raw: `{"certificateLifetime":"2m"}`, version: "my-build", want: &tlsSpec{2 * time.Minute, defaultCALifetime}},
+		{raw: `{}`, version: "v3.6.16", want: &tlsSpec{CertificateLifetime: defaultCertLifetime, CALifetime: defaultCALifetime, CredentialsOverlap: defaultCredentialsOverlap}},
+		{raw: `{"certificateLifetime":"2m","caLifetime":"1h"}`, version: "v3.6.16", want: &tlsSpec{CertificateLifetime: 2 * time.Minute, CALifetime: time.Hour, CredentialsOverlap: defaultCredentialsOverlap}},
+		{raw: `{"certificateLifetime":"2m"}`, version: "my-build", want: &tlsSpec{CertificateLifetime: 2 * time.Minute, CALifetime: defaultCALifetime, CredentialsOverlap: defaultCredentialsOverlap}},
+		{raw: `{"credentialsRotation":"2026-12-07","credentialsOverlap":"1m"}`, version: "v3.6.16", want: &tlsSpec{CertificateLifetime: defaultCertLifetime, CALifetime: defaultCALifetime, CredentialsRotation: "2026-12-07", CredentialsOverlap: time.Minute}},
+		{raw: `{"credentialsOverlap":"10s"}`, err: "spec.tls.credentialsOverlap must be a duration of at least 1m0s"},
+		{raw: `{"credentialsRotation":7}`, err: "spec.tls.credentialsRotation must be a string, not number"},
 		{raw: `true`, err: "spec.tls must be an object"},
 		{raw: `{"certificateLifetime":"soon"}`, err: `spec.tls.certificateLifetime must be a duration of at least 1m0s such as 2160h, not "soon"`},
 		{raw: `{"caLifetime":"30s"}`, err: "spec.tls.caLifetime must be a duration of at least 1m0s"},
@@ -90,9 +93,10 @@ func TestTLSCluster(t *testing.T) {
 	}
 	f.mu.Lock()
 	a := f.etcds["default/example"].auth
+	u := *a.users["root"]
 	f.mu.Unlock()
-	if !a.Enabled || a.Password != string(root["password"]) {
-		t.Errorf("etcd auth = %+v, want enabled with the Secret's password", a)
+	if !a.Enabled || u.Password != string(root["password"]) || !u.Root {
+		t.Errorf("etcd auth = %+v, root %+v, want enabled with the Secret's password", a, u)
 	}
 	for _, m := range membersOf(3) {
 		d := secretData(t, f, m+"-tls")
@@ -213,6 +217,63 @@ func TestTLSRenewsCertificates(t *testing.T) {
 	})
 }
 
+// TestTLSRotatesCredentials: a new spec.tls.credentialsRotation puts a new
+// user with the root role and a new password into Secret example-root;
+// the previous user root keeps its password for the overlap, then gets a
+// random one; the operator signs in as the new user throughout.
+func TestTLSRotatesCredentials(t *testing.T) {
+	f := newFakeAPI(t)
+	f.putCluster("default", "example", map[string]any{"size": 3, "tls": map[string]any{}})
+	startOperator(t, f)
+	waitStatus(f, "example", tlsSettled(3))
+	old := string(secretData(t, f, "example-root")["password"])
+	users := func() map[string]fakeUser {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		out := map[string]fakeUser{}
+		for name, u := range f.etcds["default/example"].auth.users {
+			out[name] = *u
+		}
+		return out
+	}
+
+	f.putCluster("default", "example", map[string]any{"size": 3, "tls": map[string]any{"credentialsRotation": "one", "credentialsOverlap": "1m"}})
+	next := rotationUser("one")
+	st := waitStatus(f, "example", statusCheck{"the Secret switched to " + next, func(st clusterStatus) bool {
+		return st.TLS != nil && st.TLS.User == next && st.TLS.CredentialsRotation == "one"
+	}})
+	d := secretData(t, f, "example-root")
+	u := users()
+	switch {
+	case string(d["username"]) != next || string(d[keyPreviousUser]) != rootUser || d[keyNextUser] != nil || d[keyNextPassword] != nil:
+		t.Errorf("example-root after the switch: %q", d)
+	case u[next].Password != string(d["password"]) || !u[next].Root || string(d["password"]) == old:
+		t.Errorf("etcd's user %s: %+v; the Secret's password %q, the old one %q", next, u[next], d["password"], old)
+	case u[rootUser].Password != old:
+		t.Errorf("root's password changed before the overlap was over")
+	}
+	if p, _ := st.condition(condProgressing); p.Status != "False" {
+		t.Errorf("during the overlap: Progressing %+v", p)
+	}
+
+	// The overlap is over (its start set back), and a pass comes.
+	f.mu.Lock()
+	f.objects["secrets/default/example-root"]["data"].(map[string]any)[keyRotatedAt] = []byte(stamp(time.Now().Add(-2 * time.Minute)))
+	f.mu.Unlock()
+	f.killMember("default", "example-2", true)
+	f.killMember("default", "example-2", false)
+	f.waitFor("root retired", func() bool {
+		return f.etcds["default/example"].auth.users[rootUser].Password != old && f.objects["secrets/default/example-root"]["data"].(map[string]any)[keyPreviousUser] == nil
+	})
+	waitStatus(f, "example", tlsSettled(3))
+	if u := users(); len(u) != 2 || !u[rootUser].Root || u[next].Password != string(d["password"]) {
+		t.Errorf("etcd's users after the rotation: %+v", u)
+	}
+	f.waitFor("a CredentialsRotated event", func() bool {
+		return slices.ContainsFunc(f.events, func(e map[string]any) bool { return e["reason"] == reasonCredentialsRotated })
+	})
+}
+
 // TestTLSStatusCrossesAPodChange: a TLS cluster is never settled (its
 // renewals are timers a pass sets), yet its status write that comes back
 // after the Pod changed again still brings a pass, as a plain cluster's
@@ -242,7 +303,7 @@ func tlsWorld(t *testing.T, n int) (*world, *ca.CA) {
 		t.Fatal(err)
 	}
 	w := newWorld(n)
-	w.obs.TLS = &tlsView{CA: issuer, HasRoot: true, Root: "pw", Leaves: map[string]leafView{}}
+	w.obs.TLS = &tlsView{CA: issuer, HasRoot: true, Root: "pw", Creds: credentialsView{User: rootUser}, Leaves: map[string]leafView{}}
 	for i := range w.obs.Pods {
 		w.obs.Pods[i].TLS = true
 		w.obs.Etcd.Members[i].PeerHTTPS = true
@@ -254,7 +315,7 @@ func tlsWorld(t *testing.T, n int) (*world, *ca.CA) {
 
 func tlsIn(size int) input {
 	i := in(size, "v3.6.16")
-	i.Spec.TLS = &tlsSpec{CertificateLifetime: time.Hour, CALifetime: 10 * time.Hour}
+	i.Spec.TLS = &tlsSpec{CertificateLifetime: time.Hour, CALifetime: 10 * time.Hour, CredentialsOverlap: defaultCredentialsOverlap}
 	return i
 }
 
@@ -267,6 +328,9 @@ func TestDecideTLS(t *testing.T) {
 	withCA.obs.TLS.HasRoot = false
 	plain := in(3, "v3.6.16")
 	grown := tlsIn(4)
+	rotate := tlsIn(3)
+	rotate.Spec.TLS.CredentialsRotation = "2026-12-07"
+	next := rotationUser("2026-12-07")
 	for _, tc := range []struct {
 		name    string
 		in      input
@@ -300,6 +364,26 @@ func TestDecideTLS(t *testing.T) {
 		{name: "settled: back when the first certificate is due", in: tlsIn(3), reason: reasonIdle, again: time.Hour},
 		{name: "spec.tls removed: the members stay on TLS", in: plain, reason: reasonTLSSwitchUnsupported, again: time.Hour},
 		{name: "a new member joins on https", in: grown, action: actAddMember, member: "example-3"},
+		// A credentials rotation (credentials.go), step by step.
+		{name: "rotation asked: the next user and password into the Secret", in: rotate, action: actPrepareCredentials, reason: reasonRotatingCredentials},
+		{name: "rotation prepared: the user added", in: rotate, obs: func(w *world) { w.obs.TLS.Creds.NextUser = next }, action: actAddUser, reason: reasonRotatingCredentials},
+		{name: "rotation: the user gets the role root", in: rotate, obs: func(w *world) {
+			w.obs.TLS.Creds.NextUser, w.obs.Etcd.Auth.NextUser = next, true
+		}, action: actGrantUser},
+		{name: "rotation: the Secret switched", in: rotate, obs: func(w *world) {
+			w.obs.TLS.Creds.NextUser, w.obs.Etcd.Auth.NextUser, w.obs.Etcd.Auth.NextRole = next, true, true
+		}, action: actSwitchCredentials},
+		{name: "rotation: the previous user works for the overlap", in: rotate, obs: func(w *world) {
+			w.obs.TLS.Creds = credentialsView{User: next, Rotation: "2026-12-07", PreviousUser: rootUser, RotatedAgo: time.Minute}
+		}, reason: reasonIdle, again: 14 * time.Minute},
+		{name: "rotation: root retired after the overlap", in: rotate, obs: func(w *world) {
+			w.obs.TLS.Creds = credentialsView{User: next, Rotation: "2026-12-07", PreviousUser: rootUser, RotatedAgo: 15 * time.Minute}
+		}, action: actRetireUser},
+		{name: "rotation done", in: rotate, obs: func(w *world) { w.obs.TLS.Creds = credentialsView{User: next, Rotation: "2026-12-07"} }, reason: reasonIdle, again: time.Hour},
+		{name: "another rotation waits for the previous user's retirement", in: rotate, obs: func(w *world) {
+			w.obs.TLS.Creds = credentialsView{User: rootUser, Rotation: "2026-12-01", PreviousUser: "root-1", RotatedAgo: time.Minute}
+		}, reason: reasonIdle, again: 14 * time.Minute},
+		{name: "rotation waits for a quorum", in: rotate, obs: func(w *world) { w.down("example-1", "example-2") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w, _ := tlsWorld(t, 3)

@@ -192,9 +192,13 @@ type tlsStatus struct {
 	Auth string `json:"auth"`
 	// CredentialsSecret holds the root user's name and password and the
 	// CA to trust: what etcdctl needs.
-	CredentialsSecret string              `json:"credentialsSecret"`
-	CANotAfter        string              `json:"caNotAfter"`
-	Certificates      []certificateStatus `json:"certificates"`
+	CredentialsSecret string `json:"credentialsSecret"`
+	// User is the user the Secret holds; CredentialsRotation the
+	// spec.tls.credentialsRotation its credentials answer (credentials.go).
+	User                string              `json:"user,omitempty"`
+	CredentialsRotation string              `json:"credentialsRotation,omitempty"`
+	CANotAfter          string              `json:"caNotAfter"`
+	Certificates        []certificateStatus `json:"certificates"`
 }
 
 type certificateStatus struct {

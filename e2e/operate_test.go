@@ -29,6 +29,7 @@ type e2eStatus struct {
 	}
 	Conditions         []struct{ Type, Status, Reason, Message string }
 	ObservedGeneration int64
+	TLS                struct{ Auth, User, CredentialsRotation string }
 }
 
 func (s e2eStatus) cond(typ string) string {

@@ -162,7 +162,7 @@ func TestTLSNoAnonymousAccess(t *testing.T) {
 		last := cp.PodIP(ns, "example-tls-2")
 		code, out, err := etcdPost(client, "https://"+last+":2379/v3/kv/range", login(t, client, last, string(creds["password"])), map[string]string{"key": put["key"]})
 		if err != nil || code != 200 || !strings.Contains(out, put["value"]) {
-			t.Errorf("range as root on secure-2: %d %s %v", code, out, err)
+			t.Errorf("range as root on example-tls-2: %d %s %v", code, out, err)
 		}
 	})
 	t.Run("peers speak mutual TLS only", func(t *testing.T) {
@@ -274,4 +274,209 @@ func TestTLSRenewal(t *testing.T) {
 	if n := strings.Count(log, "certificate renewed"); n < 3*3 {
 		t.Errorf("%d renewals in the operator's log, want at least 3 per member", n)
 	}
+}
+
+// asRoot reaches a TLS cluster's members as root, with the password and
+// the CA of Secret NAME-root, signing in again on each call: a member
+// replaced or restarted has a new IP and takes the token all the same.
+type asRoot struct {
+	t        *testing.T
+	ns       string
+	client   *http.Client
+	password string
+}
+
+func rootOf(t *testing.T, ns, name string) *asRoot {
+	t.Helper()
+	creds := secretData(t, ns, name+"-root")
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(creds["ca.crt"]) {
+		t.Fatalf("%s-root has no ca.crt", name)
+	}
+	return &asRoot{t: t, ns: ns, client: etcdClient(roots, nil), password: string(creds["password"])}
+}
+
+// call POSTs body to path on pod and decodes the answer into out.
+func (r *asRoot) call(pod, path string, body, out any) error {
+	ip := cp.PodIP(r.ns, pod)
+	token := login(r.t, r.client, ip, r.password)
+	code, b, err := etcdPost(r.client, "https://"+ip+":2379"+path, token, body)
+	if err == nil && code != 200 {
+		err = fmt.Errorf("%s on %s: %d %.300s", path, pod, code, b)
+	}
+	if err == nil && out != nil {
+		err = json.Unmarshal([]byte(b), out)
+	}
+	return err
+}
+
+func (r *asRoot) get(pod, key string) string {
+	r.t.Helper()
+	var resp struct{ Kvs []struct{ Value []byte } }
+	if err := r.call(pod, "/v3/kv/range", map[string]string{"key": b64(key)}, &resp); err != nil {
+		r.t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return ""
+	}
+	return string(resp.Kvs[0].Value)
+}
+
+// TestTLSDayTwo: what the operator does to a plain cluster it does to a
+// TLS one, etcd's authentication on: a backup signed in as root, a lost
+// member replaced (on emptyDir), a rolling upgrade, the data kept and every
+// peer URL still https.
+func TestTLSDayTwo(t *testing.T) {
+	needNode(t)
+	ns := nodeNamespace(t, "tls-day2")
+	startOperator(t, ns, "")
+	d := &day2{t: t, ns: ns, name: "example", emptyDir: true}
+	applyCluster(t, Cluster{Namespace: ns, Name: "example", Size: 3, Version: "v3.6.16", EmptyDir: true, TLS: map[string]any{}})
+	st := d.wait("3 members on TLS, auth enabled", 3*time.Minute, func(st e2eStatus) bool {
+		return st.Phase == "Running" && st.Ready == "3/3" && st.TLS.Auth == "enabled"
+	})
+	id := st.ClusterID
+	root := rootOf(t, ns, "example")
+	if err := root.call(d.member(0), "/v3/kv/put", map[string]string{"key": b64("/before"), "value": b64("tls")}, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("backup under auth", func(t *testing.T) {
+		s := startS3(t, "versitygw-"+ns)
+		d.secret("s3", map[string]string{"accessKeyID": s.AccessKey, "secretAccessKey": s.SecretKey})
+		d.setBackup(map[string]any{"s3": map[string]any{"endpoint": s.URL, "bucket": "backups", "prefix": "e2e", "credentialsSecret": "s3"}, "now": "tls"})
+		b := d.waitBackup("tls")
+		obj, ok := s.download(t, b.Key)
+		if b.Revision < 1 || ok && !bytes.Contains(obj, []byte("/before")) {
+			t.Errorf("backup %+v: the snapshot of %d bytes has not the key written", b, len(obj))
+		}
+	})
+	t.Run("a lost member replaced", func(t *testing.T) {
+		old := d.podUID(d.member(1))
+		d.deletePods(d.member(1))
+		if err := Eventually(3*time.Minute, "a MemberReplaced event", func() (bool, error) { return d.events("MemberReplaced") == 1, nil }); err != nil {
+			t.Fatal(err)
+		}
+		d.wait("3 members again", 3*time.Minute, func(st e2eStatus) bool { return st.Phase == "Running" && st.Ready == "3/3" })
+		if d.podUID(d.member(1)) == old {
+			t.Error("the member's Pod was not replaced")
+		}
+		if v := root.get(d.member(1), "/before"); v != "tls" {
+			t.Errorf("the new member reads /before as %q", v)
+		}
+	})
+	t.Run("rolling upgrade", func(t *testing.T) {
+		applyCluster(t, Cluster{Namespace: ns, Name: "example", Size: 3, Version: "v3.7.3", EmptyDir: true, TLS: map[string]any{}})
+		st := d.wait("every member at 3.7.3", 5*time.Minute, func(st e2eStatus) bool {
+			return st.Phase == "Running" && st.CurrentVersion == "3.7.3" && st.Ready == "3/3"
+		})
+		if st.ClusterID != id {
+			t.Errorf("cluster ID %s, want %s", st.ClusterID, id)
+		}
+		for _, m := range d.members(3) {
+			if v := root.get(m, "/before"); v != "tls" {
+				t.Errorf("%s reads /before as %q", m, v)
+			}
+		}
+	})
+	var raw map[string]any
+	if err := root.call(d.member(2), "/v3/cluster/member/list", map[string]any{}, &raw); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(raw)
+	if strings.Contains(string(b), `"http://`) || strings.Count(string(b), `"https://`) < 6 {
+		t.Errorf("member list %s: want every peer and client URL on https", b)
+	}
+}
+
+// TestTLSCredentialsRotation: a new spec.tls.credentialsRotation gives
+// Secret example-root a new user and password, and a client that keeps the
+// old credentials (it logs in again whenever etcd refuses its token, as
+// etcd's clients do) goes on writing through the rotation until the
+// overlap is over; then the old password is refused.
+func TestTLSCredentialsRotation(t *testing.T) {
+	needNode(t)
+	ns := nodeNamespace(t, "tls-rotation")
+	startOperator(t, ns, "")
+	tlsSpec := map[string]any{"credentialsOverlap": "1m"}
+	applyCluster(t, Cluster{Namespace: ns, Name: "example", Size: 3, TLS: tlsSpec})
+	d := &day2{t: t, ns: ns, name: "example"}
+	d.wait("3 members on TLS, auth enabled", 3*time.Minute, func(st e2eStatus) bool {
+		return st.Phase == "Running" && st.Ready == "3/3" && st.TLS.Auth == "enabled"
+	})
+	old := rootOf(t, ns, "example")
+	ip := cp.PodIP(ns, d.member(0))
+
+	// The old client: one token, a new one with the old password when
+	// etcd refuses it.
+	stop, done := make(chan struct{}), make(chan []string)
+	go func() {
+		var failures []string
+		token, _ := tryLogin(old.client, ip, "root", old.password)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- failures
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			put := map[string]string{"key": b64("/e2e/rotation"), "value": b64(fmt.Sprint(i))}
+			code, out, err := etcdPost(old.client, "https://"+ip+":2379/v3/kv/put", token, put)
+			if err == nil && code != 200 && (strings.Contains(out, "revision of auth store is old") || strings.Contains(out, "invalid auth token")) {
+				token, _ = tryLogin(old.client, ip, "root", old.password)
+				code, out, err = etcdPost(old.client, "https://"+ip+":2379/v3/kv/put", token, put)
+			}
+			if err != nil || code != 200 {
+				failures = append(failures, fmt.Sprintf("%d %.200s %v", code, out, err))
+			}
+		}
+	}()
+
+	tlsSpec["credentialsRotation"] = "e2e"
+	applyCluster(t, Cluster{Namespace: ns, Name: "example", Size: 3, TLS: tlsSpec})
+	st := d.wait("the Secret on a new user", 2*time.Minute, func(st e2eStatus) bool { return st.TLS.User != "" && st.TLS.User != "root" })
+	fresh := rootOf(t, ns, "example")
+	creds := secretData(t, ns, "example-root")
+	if string(creds["username"]) != st.TLS.User || fresh.password == old.password {
+		t.Fatalf("example-root after the rotation: user %q (status %q), the password changed: %v", creds["username"], st.TLS.User, fresh.password != old.password)
+	}
+	if _, err := tryLogin(fresh.client, ip, st.TLS.User, fresh.password); err != nil {
+		t.Errorf("the new credentials: %v", err)
+	}
+	// The old client writes on until just before the overlap ends.
+	at, err := time.Parse(time.RFC3339, string(creds["rotated-at"]))
+	if err != nil {
+		t.Fatalf("example-root's rotated-at: %v", err)
+	}
+	<-time.After(time.Until(at.Add(50 * time.Second)))
+	close(stop)
+	if failures := <-done; len(failures) > 0 {
+		t.Errorf("%d writes with the old credentials failed during the overlap, the first: %s", len(failures), failures[0])
+	}
+	err = Eventually(2*time.Minute, "the old password refused", func() (bool, error) {
+		_, err := tryLogin(old.client, ip, "root", old.password)
+		return err != nil && strings.Contains(err.Error(), "authentication failed"), nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	if _, err := tryLogin(fresh.client, ip, st.TLS.User, fresh.password); err != nil {
+		t.Errorf("the new credentials after the overlap: %v", err)
+	}
+	d.wait("Running, the rotation done", time.Minute, func(st e2eStatus) bool {
+		return st.Phase == "Running" && st.Ready == "3/3" && st.TLS.CredentialsRotation == "e2e"
+	})
+	if n := d.events("CredentialsRotated"); n != 1 {
+		t.Errorf("%d CredentialsRotated events, want 1", n)
+	}
+}
+
+// tryLogin signs in as user and returns etcd's token or its refusal.
+func tryLogin(c *http.Client, ip, user, password string) (string, error) {
+	code, out, err := etcdPost(c, "https://"+ip+":2379/v3/auth/authenticate", "", map[string]string{"name": user, "password": password})
+	var a struct{ Token string }
+	if err == nil && (code != 200 || json.Unmarshal([]byte(out), &a) != nil || a.Token == "") {
+		err = fmt.Errorf("authenticate as %s: %d %.200s", user, code, out)
+	}
+	return a.Token, err
 }
