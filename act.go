@@ -164,16 +164,17 @@ var membershipChange = map[string]struct{ done, failed string }{
 	actRetireUser:   {"previous root user retired in etcd", "retire the previous root user%s"},
 }
 
-// renewSecret writes a new key and certificate into a member's Secret: a
-// JSON merge patch of its data, so that nothing else in it changes.
+// renewSecret writes new keys into a Secret (a member's certificate and
+// key, or a rotation's next credentials): a JSON merge patch of its data,
+// so that nothing else in it changes.
 func (c *controller) renewSecret(ctx context.Context, log *slog.Logger, s step) (outcome, error) {
 	_, data, err := s.Renew.data(time.Now())
 	if err != nil {
-		return stepDone, fmt.Errorf("renew secret %s: %w", s.Renew.Name, err)
+		return stepDone, fmt.Errorf("make new keys for secret %s: %w", s.Renew.Name, err)
 	}
 	p := corePath(s.Namespace, "secrets") + "/" + url.PathEscape(s.Renew.Name)
 	if _, err := c.client.Do(ctx, http.MethodPatch, p, mustJSON(map[string]any{"data": data}), "application/merge-patch+json"); err != nil {
-		return stepDone, fmt.Errorf("renew secret %s: %w", s.Renew.Name, err)
+		return stepDone, fmt.Errorf("write new keys into secret %s: %w", s.Renew.Name, err)
 	}
 	if s.Renew.Kind == secretNextRoot {
 		log.Info("new root credentials prepared", "secret", s.Renew.Name, "user", s.Renew.User)

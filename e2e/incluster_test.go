@@ -101,6 +101,16 @@ func TestInCluster(t *testing.T) {
 			want: `cannot list resource \"secrets\"`,
 		},
 		{
+			// A rotation of the root credentials patches Secret NAME-root
+			// (certificates renew by patch too, but not within a test).
+			name: "no patch on secrets", can: "patch secrets", tls: true,
+			from: secretsRule, to: "    resources: [secrets]\n    verbs: [get, list, create]",
+			want: `cannot patch resource \"secrets\"`,
+			change: func(name string) {
+				applyCluster(t, Cluster{Namespace: ns, Name: name, Size: 1, Version: "v3.6.16", TLS: map[string]any{"credentialsRotation": "in-cluster"}})
+			},
+		},
+		{
 			name: "no create on services", can: "create services",
 			from: podsRule, to: "    resources: [pods, services]\n    verbs: [get, list, watch, delete]",
 			want: `services is forbidden: User \"system:serviceaccount:incluster:etcd-operator\" cannot create resource \"services\"`,
@@ -169,7 +179,11 @@ func TestInCluster(t *testing.T) {
 			}
 			name := "in-" + strings.ReplaceAll(strings.ReplaceAll(tc.name, " ", "-"), "/", "-")
 			if tc.change != nil {
-				applyCluster(t, Cluster{Namespace: ns, Name: name, Size: 3, Version: "v3.6.16"})
+				c := Cluster{Namespace: ns, Name: name, Size: 3, Version: "v3.6.16"}
+				if tc.tls {
+					c.Size, c.TLS = 1, map[string]any{}
+				}
+				applyCluster(t, c)
 				waitPhaseIn(t, ns, name, "Running", 90*time.Second)
 			}
 			logFrom := len(logOf())
