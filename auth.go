@@ -144,13 +144,21 @@ func (c *controller) authenticated(ctx context.Context, ns, pod string, login bo
 			}
 		}
 		if err != nil {
-			return ctx, fmt.Errorf("log in to etcd member %s as %s: %w", pod, l.user, err)
+			return ctx, fmt.Errorf("log in to etcd member %s as %s, with the password of Secret %s: %w%s", pod, l.user, rootSecret(strings.TrimPrefix(l.cluster, ns+"/")), err, refusedHint(err))
 		}
 	}
 	if t := c.logins.token(ns, pod); t != "" {
 		return kube.WithHeader(ctx, "Grpc-Metadata-Token", t), nil
 	}
 	return ctx, nil
+}
+
+// refusedHint says what may be wrong when etcd refuses the password.
+func refusedHint(err error) string {
+	if !authFailed(err) {
+		return ""
+	}
+	return "; etcd's users are not the Secret's: someone changed them, or the data was restored from a backup of another cluster, whose users it holds (spec.restore.credentialsSecret names its credentials)"
 }
 
 // authFailed reports etcd refusing the password itself: someone changed
@@ -246,6 +254,20 @@ func (c *controller) observeTLS(ctx context.Context, ec *EtcdCluster, base strin
 	return tlsOf(own, base, now), nil
 }
 
+// restoredCredentials reads spec.restore.credentialsSecret.
+func (c *controller) restoredCredentials(ctx context.Context, ns, name string) *restoredCredentials {
+	var s secret
+	err := c.getJSON(ctx, corePath(ns, "secrets")+"/"+url.PathEscape(name), &s)
+	r := &restoredCredentials{User: string(s.Data["username"]), Password: string(s.Data["password"])}
+	switch {
+	case err != nil:
+		r.Problem = fmt.Sprintf("spec.restore.credentialsSecret %s: %v", name, err)
+	case r.User == "" || r.Password == "":
+		r.Problem = fmt.Sprintf("spec.restore.credentialsSecret %s has no username and password (the source cluster's NAME-root has them)", name)
+	}
+	return r
+}
+
 // enableAuth: once a TLS cluster has a quorum, etcd's authentication is
 // turned on, one request a pass, each chosen by what the leader says
 // (observeAuth): the root password's Secret, the user root, its role,
@@ -262,7 +284,7 @@ func (d *decision) enableAuth() (step, bool) {
 	switch {
 	case !v.HasRoot:
 		msg = "creating the root user's password (Secret " + rootSecret(d.in.Base) + ")"
-		s = step{Action: actCreateRootSecret, Create: []object{{Resource: "secrets", Name: rootSecret(d.in.Base), Secret: d.plan(d.image()).rootToMake(v.CA)}}}
+		s = step{Action: actCreateRootSecret, Create: []object{{Resource: "secrets", Name: rootSecret(d.in.Base), Secret: d.plan(d.image()).rootToMake(v.CA, v.Restored)}}}
 	case !a.RootUser:
 		msg = "adding etcd's user root, with the password in Secret " + rootSecret(d.in.Base)
 		s = d.etcdStep(actAddRootUser, "", "", "/v3/auth/user/add", map[string]string{"name": rootUser, "password": v.Root})

@@ -112,6 +112,9 @@ func parseSpec(raw json.RawMessage) (clusterSpec, error) {
 	if err == nil {
 		spec.TLS, err = parseTLS(s.TLS, spec.Version)
 	}
+	if err == nil && spec.TLS == nil && spec.Restore != nil && spec.Restore.CredentialsSecret != "" {
+		err = errors.New("spec.restore.credentialsSecret is for a cluster with spec.tls: without it, etcd's authentication is not used")
+	}
 	if err != nil {
 		spec = clusterSpec{} // nothing half-read reaches decide
 	}

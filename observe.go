@@ -153,7 +153,8 @@ func corePath(namespace, resource string) string {
 // cache (cache.go) or, without one or while it lags behind the operator's
 // own writes, from LISTs; then it asks etcd about its members. Failing to
 // reach etcd is an observation, not an error.
-func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base, known string, wantTLS bool) (observed, error) {
+func (c *controller) observe(ctx context.Context, ec *EtcdCluster, in input) (observed, error) {
+	base, known := in.Base, in.Prev.CurrentVersion
 	var obs observed
 	ns := ec.Metadata.Namespace
 	var pods []cachedPod
@@ -178,7 +179,7 @@ func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base, known s
 	slices.SortFunc(obs.Claims, func(a, b claimView) int { return cmp.Compare(a.Name, b.Name) })
 	now := time.Now()
 	obs.Now = now
-	tlsOn := wantTLS
+	tlsOn := in.Spec.TLS != nil
 	for _, p := range pods {
 		obs.Pods = append(obs.Pods, p.view(now))
 		tlsOn = tlsOn || p.TLS
@@ -187,6 +188,9 @@ func (c *controller) observe(ctx context.Context, ec *EtcdCluster, base, known s
 	if tlsOn {
 		if obs.TLS, err = c.observeTLS(ctx, ec, base, now); err != nil {
 			return obs, err
+		}
+		if r := in.Spec.Restore; r != nil && r.CredentialsSecret != "" && !obs.TLS.HasRoot {
+			obs.TLS.Restored = c.restoredCredentials(ctx, ec.Metadata.Namespace, r.CredentialsSecret)
 		}
 	}
 	obs.Etcd, err = c.observeEtcd(ctx, ns, c.reachable(ns, base, pods, obs.TLS), known, obs.TLS)

@@ -130,7 +130,7 @@ func TestObserveClusterVersion(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f.killMember("default", "example-2", tc.down)
 			before := versionAsked()
-			obs, err := ctl.observe(context.Background(), ec, "example", tc.known, false)
+			obs, err := ctl.observe(context.Background(), ec, input{Base: "example", Prev: clusterStatus{CurrentVersion: tc.known}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -157,7 +157,7 @@ func TestObserveAsksTheLeaderForTheMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	mark := f.requestCount()
-	obs, err := ctl.observe(context.Background(), ec, "example", "3.6.16", false)
+	obs, err := ctl.observe(context.Background(), ec, input{Base: "example", Prev: clusterStatus{CurrentVersion: "3.6.16"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestObserveBoundsEachMemberRequest(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			start := time.Now()
-			obs, err := ctl.observe(ctx, ec, "example", tc.known, false)
+			obs, err := ctl.observe(ctx, ec, input{Base: "example", Prev: clusterStatus{CurrentVersion: tc.known}})
 			took := time.Since(start)
 			if err != nil {
 				t.Fatal(err)

@@ -84,7 +84,7 @@ func (c *controller) reconcile(ctx context.Context, ec *EtcdCluster) (time.Durat
 		var obs observed
 		if in.Invalid == "" {
 			var err error
-			if obs, err = c.observe(ctx, ec, in.Base, in.Prev.CurrentVersion, in.Spec.TLS != nil); err != nil {
+			if obs, err = c.observe(ctx, ec, in); err != nil {
 				st, news := failed(in.Prev, "cannot look at the cluster", err)
 				return 0, c.report(ctx, ec, in.Prev, st, news, err)
 			}

@@ -763,7 +763,7 @@ func TestStepAlreadyTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := newInput(ec, repo)
-	obs, err := ctl.observe(ctx, ec, "example", "", false)
+	obs, err := ctl.observe(ctx, ec, input{Base: "example", Prev: clusterStatus{CurrentVersion: ""}})
 	if err != nil || obs.Etcd.LeaderPod == "" {
 		t.Fatalf("observe = %+v, %v", obs, err)
 	}

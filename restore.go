@@ -64,6 +64,11 @@ type restoreSpec struct {
 	// SHA256 is the object's, as status.lastBackup recorded it; optional.
 	SHA256              string `json:"sha256"`
 	EncryptionKeySecret string `json:"encryptionKeySecret"`
+	// CredentialsSecret names a Secret with a username and password that
+	// the backup's etcd takes (the source cluster's NAME-root): a backup
+	// of a cluster with authentication on holds its users, and a TLS
+	// cluster restored from it starts with those credentials (tls.go).
+	CredentialsSecret string `json:"credentialsSecret"`
 }
 
 // restoreCheck is what a pass found when it read the backup.

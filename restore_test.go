@@ -365,3 +365,33 @@ func TestInitContainerInStatus(t *testing.T) {
 		t.Errorf("step %s, status %s: %s", s.Action, st.Phase, st.Message)
 	}
 }
+
+// A TLS cluster restored from a backup of another with authentication on
+// starts with the credentials of spec.restore.credentialsSecret (the
+// backup's etcd holds its users); a Secret that is missing or has no
+// password stops it before anything is created.
+func TestRestoreWithCredentials(t *testing.T) {
+	objs := s3test.New(t, "bkt")
+	data := snapshottest.Data(50000)
+	sum := sha256.Sum256(data)
+	objs.Put("bkt", "etcd/default/old/a.db", append(bytes.Clone(data), sum[:]...))
+	f := newFakeAPI(t)
+	f.putSecret("default", "s3", map[string]string{"accessKeyID": objs.Access, "secretAccessKey": objs.Secret})
+	spec := map[string]any{"size": 3, "tls": map[string]any{}, "restore": map[string]any{
+		"s3": map[string]any{"endpoint": objs.URL, "bucket": "bkt", "credentialsSecret": "s3"}, "key": "etcd/default/old/a.db", "credentialsSecret": "old-root"}}
+	f.putCluster("default", "example", spec)
+	startOperator(t, f)
+	st := waitStatus(f, "example", progressing(reasonBadSecret))
+	if !strings.Contains(st.Message, `spec.restore.credentialsSecret old-root: GET /api/v1/namespaces/default/secrets/old-root: 404`) {
+		t.Errorf("status %s: %s", st.Phase, st.Message)
+	}
+	if n := f.objectNames("pods"); len(n) != 0 {
+		t.Errorf("created Pods %v without the credentials", n)
+	}
+
+	f.putSecret("default", "old-root", map[string]string{"username": "root-7692c3ad35", "password": "the old one"})
+	waitStatus(f, "example", statusCheck{"example-root made", func(clusterStatus) bool { return f.objects["secrets/default/example-root"] != nil }})
+	if d := secretData(t, f, "example-root"); string(d["username"]) != "root-7692c3ad35" || string(d["password"]) != "the old one" {
+		t.Errorf("example-root = %q, want the credentials of old-root", d)
+	}
+}

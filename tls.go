@@ -202,17 +202,25 @@ type secretToMake struct {
 	// JWT are the token keys a leaf's Secret carries, from BASE-ca.
 	JWT map[string][]byte
 	// User is the next root user's name, for a next-root; Rotation the
-	// spec.tls.credentialsRotation a root Secret answers.
-	User, Rotation string
+	// spec.tls.credentialsRotation a root Secret answers. User and
+	// Password, for a root Secret, are a restored backup's credentials
+	// instead of root and a random password.
+	User, Password, Rotation string
 }
 
 func (p clusterPlan) caToMake() *secretToMake {
 	return &secretToMake{Kind: secretCA, Name: caSecret(p.Base), Meta: p.meta(caSecret(p.Base), ""), Lifetime: p.TLS.CALifetime}
 }
 
-func (p clusterPlan) rootToMake(issuer *ca.CA) *secretToMake {
+// rootToMake is Secret BASE-root, with restored's credentials if the
+// cluster is restored from a backup that has users.
+func (p clusterPlan) rootToMake(issuer *ca.CA, restored *restoredCredentials) *secretToMake {
 	// The first password answers the rotation asked for at the start.
-	return &secretToMake{Kind: secretRoot, Name: rootSecret(p.Base), Meta: p.meta(rootSecret(p.Base), ""), CA: issuer, Rotation: p.TLS.CredentialsRotation}
+	s := &secretToMake{Kind: secretRoot, Name: rootSecret(p.Base), Meta: p.meta(rootSecret(p.Base), ""), CA: issuer, Rotation: p.TLS.CredentialsRotation}
+	if restored != nil {
+		s.User, s.Password = restored.User, restored.Password
+	}
+	return s
 }
 
 func (p clusterPlan) leafToMake(issuer *ca.CA, jwt map[string][]byte, member string) *secretToMake {
@@ -235,11 +243,14 @@ func (s *secretToMake) data(now time.Time) (typ string, data map[string][]byte, 
 		}
 		return "kubernetes.io/tls", map[string][]byte{"tls.crt": c.CertPEM(), "tls.key": c.KeyPEM(), "jwt.key": jwt["jwt.key"], "jwt.pub": jwt["jwt.pub"]}, nil
 	case secretRoot:
-		pw, err := newPassword()
-		if err != nil {
-			return "", nil, err
+		user, pw := cmp.Or(s.User, rootUser), s.Password
+		if pw == "" {
+			var err error
+			if pw, err = newPassword(); err != nil {
+				return "", nil, err
+			}
 		}
-		data := map[string][]byte{"username": []byte(rootUser), "password": []byte(pw), "ca.crt": s.CA.CertPEM()}
+		data := map[string][]byte{"username": []byte(user), "password": []byte(pw), "ca.crt": s.CA.CertPEM()}
 		if s.Rotation != "" {
 			data[keyRotation] = []byte(s.Rotation)
 		}
@@ -311,7 +322,16 @@ type tlsView struct {
 	HasRoot bool
 	Root    string
 	Creds   credentialsView
+	// Restored are the credentials of spec.restore.credentialsSecret,
+	// read while BASE-root does not exist yet (observeTLS).
+	Restored *restoredCredentials
 	Leaves  map[string]leafView // by member name
+}
+
+// restoredCredentials are a user and password a restored backup's etcd
+// takes, or why the Secret that should hold them cannot be used.
+type restoredCredentials struct {
+	User, Password, Problem string
 }
 
 // leafView is a member's certificate as its Secret holds it.
@@ -409,7 +429,13 @@ func (d *decision) tlsView() *tlsView {
 // members' certificates.
 func (d *decision) tlsCA() (step, bool) {
 	v := d.tlsView()
-	if d.tls() == nil || v.CA != nil {
+	if d.tls() == nil {
+		return step{}, false
+	}
+	if r := v.Restored; r != nil && r.Problem != "" {
+		return d.wait(phaseCreating, reasonBadSecret, r.Problem), true
+	}
+	if v.CA != nil {
 		return step{}, false
 	}
 	if v.CAProblem != "" {
@@ -432,7 +458,7 @@ func (d *decision) missingSecrets(names []string) []object {
 	plan := d.plan(d.image())
 	var objs []object
 	if !v.HasRoot {
-		objs = append(objs, object{Resource: "secrets", Name: rootSecret(d.in.Base), Secret: plan.rootToMake(v.CA)})
+		objs = append(objs, object{Resource: "secrets", Name: rootSecret(d.in.Base), Secret: plan.rootToMake(v.CA, v.Restored)})
 	}
 	for _, m := range names {
 		if _, ok := v.Leaves[m]; !ok {

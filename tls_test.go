@@ -45,6 +45,13 @@ func TestParseTLS(t *testing.T) {
 	if _, err := parseSpec(json.RawMessage(`{"size":3,"version":"v3.5.21","tls":{}}`)); err == nil || !strings.Contains(err.Error(), "spec.tls needs etcd v3.6") {
 		t.Errorf("parseSpec with spec.tls on v3.5: %v", err)
 	}
+	restore := `"restore":{"s3":{"endpoint":"http://s3:9000","bucket":"bkt","credentialsSecret":"s3"},"key":"a.db","credentialsSecret":"old-root"}`
+	if _, err := parseSpec(json.RawMessage(`{"size":3,` + restore + `}`)); err == nil || !strings.Contains(err.Error(), "spec.restore.credentialsSecret is for a cluster with spec.tls") {
+		t.Errorf("parseSpec with spec.restore.credentialsSecret and no spec.tls: %v", err)
+	}
+	if _, err := parseSpec(json.RawMessage(`{"size":3,"tls":{},` + restore + `}`)); err != nil {
+		t.Errorf("parseSpec with spec.restore.credentialsSecret and spec.tls: %v", err)
+	}
 }
 
 // secretData is a Secret's data as the fake holds it.

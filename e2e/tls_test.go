@@ -323,9 +323,10 @@ func (r *asRoot) get(pod, key string) string {
 }
 
 // TestTLSDayTwo: what the operator does to a plain cluster it does to a
-// TLS one, etcd's authentication on: a backup signed in as root, a lost
-// member replaced (on emptyDir), a rolling upgrade, the data kept and every
-// peer URL still https.
+// TLS one, etcd's authentication on: a backup signed in as root, and a new
+// TLS cluster restored from it with the source's credentials; a lost member
+// replaced (on emptyDir); a rolling upgrade; the data kept and every peer
+// URL still https.
 func TestTLSDayTwo(t *testing.T) {
 	needNode(t)
 	ns := nodeNamespace(t, "tls-day2")
@@ -349,6 +350,23 @@ func TestTLSDayTwo(t *testing.T) {
 		obj, ok := s.download(t, b.Key)
 		if b.Revision < 1 || ok && !bytes.Contains(obj, []byte("/before")) {
 			t.Errorf("backup %+v: the snapshot of %d bytes has not the key written", b, len(obj))
+		}
+		// Its data holds the source's users: the new cluster signs in
+		// with a copy of the source's credentials.
+		src := secretData(t, ns, "example-root")
+		d.secret("example-creds", map[string]string{"username": string(src["username"]), "password": string(src["password"])})
+		body, _ := json.Marshal(map[string]any{"apiVersion": "coreos.com/v1", "kind": "EtcdCluster", "metadata": map[string]any{"name": "restored"},
+			"spec": map[string]any{"size": 1, "storage": map[string]any{"emptyDir": true}, "tls": map[string]any{}, "restore": map[string]any{
+				"s3": map[string]any{"endpoint": s.URL, "bucket": "backups", "credentialsSecret": "s3"}, "key": b.Key, "credentialsSecret": "example-creds"}}})
+		if code, out, err := cp.Do("POST", "/apis/coreos.com/v1/namespaces/"+ns+"/etcdclusters", body, "application/json"); err != nil || code != 201 {
+			t.Fatalf("create the restored cluster: %v %d %s", err, code, out)
+		}
+		r := &day2{t: t, ns: ns, name: "restored"}
+		r.wait("the restored cluster running, auth enabled", 3*time.Minute, func(st e2eStatus) bool {
+			return st.Phase == "Running" && st.Ready == "1/1" && st.TLS.Auth == "enabled"
+		})
+		if v := rootOf(t, ns, "restored").get("restored-0", "/before"); v != "tls" {
+			t.Errorf("the restored cluster reads /before as %q", v)
 		}
 	})
 	t.Run("a lost member replaced", func(t *testing.T) {
