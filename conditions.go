@@ -99,6 +99,7 @@ const (
 	reasonCertificateRenewed = "CertificateRenewed"
 	reasonAuthEnabled        = "AuthEnabled"
 	reasonCredentialsRotated = "CredentialsRotated"
+	reasonCredentialsRetired = "CredentialsRetired"
 )
 
 // steady: nothing to do: Running, or Degraded while the kubelet restarts a

@@ -109,6 +109,7 @@ func (d *decision) rotateCredentials() (step, bool) {
 			s.Etcd.RandomPassword = true
 		}
 		s.Patch = d.credentialsPatch(map[string]any{keyPreviousUser: nil, keyRotatedAt: nil})
+		s.News = []notice{{eventNormal, reasonCredentialsRetired, fmt.Sprintf("etcd's user %s can no longer sign in; Secret %s holds user %s", c.PreviousUser, sec, c.User)}}
 	case c.Rotation != t.CredentialsRotation:
 		msg = fmt.Sprintf("rotating the root credentials for spec.tls.credentialsRotation %q: a new user and password into Secret %s", t.CredentialsRotation, sec)
 		next := rotationUser(t.CredentialsRotation)

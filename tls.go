@@ -325,7 +325,7 @@ type tlsView struct {
 	// Restored are the credentials of spec.restore.credentialsSecret,
 	// read while BASE-root does not exist yet (observeTLS).
 	Restored *restoredCredentials
-	Leaves  map[string]leafView // by member name
+	Leaves   map[string]leafView // by member name
 }
 
 // restoredCredentials are a user and password a restored backup's etcd

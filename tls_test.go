@@ -276,9 +276,11 @@ func TestTLSRotatesCredentials(t *testing.T) {
 	if u := users(); len(u) != 2 || !u[rootUser].Root || u[next].Password != string(d["password"]) {
 		t.Errorf("etcd's users after the rotation: %+v", u)
 	}
-	f.waitFor("a CredentialsRotated event", func() bool {
-		return slices.ContainsFunc(f.events, func(e map[string]any) bool { return e["reason"] == reasonCredentialsRotated })
-	})
+	for _, reason := range []string{reasonCredentialsRotated, reasonCredentialsRetired} {
+		f.waitFor("a "+reason+" event", func() bool {
+			return slices.ContainsFunc(f.events, func(e map[string]any) bool { return e["reason"] == reason })
+		})
+	}
 }
 
 // TestTLSStatusCrossesAPodChange: a TLS cluster is never settled (its
