@@ -10,6 +10,20 @@
 // changes (sizes 1-7, a minor up and back, versions that must be refused
 // or cannot run).
 //
+// A third of the schedules make a TLS cluster (spec.tls), with faults of
+// their own: a member's certificate comes due or expires, its Secret is
+// deleted or holds a certificate of another CA or a key that does not
+// match, the CA's Secret is lost or corrupt. With -sim.tlsbugs also
+// spec.tls switched on or off (the operator does not switch a running
+// cluster), credentials rotations, and the faults that show the operator's
+// TLS bugs not fixed yet. The other schedules are what they were before
+// TLS was modelled, seed for seed. The TLS rules: members and Pods all on
+// http or all on https, certificates issued only by the CA in BASE-ca and
+// trusted by the members, no Secret deleted or overwritten, BASE-root's
+// user signs in as root once auth is on (and a rotation's old user is
+// retired only after the overlap); liveness: auth on, every certificate
+// valid and not due, or a status that says why (BadSecret).
+//
 // After every step the safety rules are checked; after the schedule, a
 // fault-free tail checks liveness: the cluster reaches its spec within
 // livenessPasses passes, or its status says why it cannot. A failure is
@@ -23,6 +37,7 @@
 package main
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"maps"
@@ -31,6 +46,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/etcd-operator/etcd-operator/internal/ca"
 )
 
 var (
@@ -39,6 +56,14 @@ var (
 	simSeed     = flag.Uint64("sim.seed", 0, "simulation: replay this one seed with a trace")
 	simFirst    = flag.Uint64("sim.first", 1, "simulation: the first seed")
 	simKind     = flag.String("sim.kind", "", "simulation: with -sim.seed, the kind of failure to shrink and trace")
+	// simTLSBugs draws what shows the TLS bugs of the operator that are
+	// not fixed yet, each named where it is drawn: without it, spec.tls
+	// is never switched, no credentials rotation is asked for, a member
+	// Secret written with another CA's certificate keeps the cluster's
+	// ca.crt, no certificate or CA fault comes (and no certificate ages)
+	// before the cluster has formed, and a status that says BadSecret may
+	// say Running.
+	simTLSBugs = flag.Bool("sim.tlsbugs", false, "simulation: also draw the TLS faults that show operator bugs not fixed yet")
 )
 
 // livenessPasses bounds the passes (each followed by a tick) that a
@@ -70,6 +95,11 @@ const (
 	evStatusLoss = "status-loss" // the status is lost: in.Prev is empty
 	evSize       = "size"        // spec.size = A
 	evVersion    = "version"     // spec.version = V
+	evCertDue    = "cert-due"    // the A-th member Secret's certificate comes due; B=1: has expired
+	evCertLoss   = "cert-loss"   // the A-th member Secret is deleted (B=0), holds another CA's certificate (1), or a key that does not match (2)
+	evCALoss     = "ca-loss"     // the CA's Secret is deleted; B=1: its key is overwritten (unreadable)
+	evTLSSpec    = "tls-spec"    // spec.tls switched: removed if set, else set
+	evRotate     = "rotate"      // spec.tls.credentialsRotation set to a new value
 )
 
 type simEvent struct {
@@ -99,6 +129,16 @@ func (e simEvent) String() string {
 		return fmt.Sprintf("spec.size %d", e.A)
 	case evVersion:
 		return "spec.version " + e.V
+	case evCertDue:
+		return fmt.Sprintf("certificate of member Secret #%d %s", e.A, map[bool]string{true: "expires", false: "comes due"}[e.B == 1])
+	case evCertLoss:
+		return fmt.Sprintf("member Secret #%d %s", e.A, []string{"deleted", "holds another CA's certificate", "holds a key that does not match"}[e.B])
+	case evCALoss:
+		return "CA Secret " + map[bool]string{true: "corrupt", false: "deleted"}[e.B == 1]
+	case evTLSSpec:
+		return "spec.tls switched"
+	case evRotate:
+		return "spec.tls.credentialsRotation set to a new value"
 	}
 	return e.Kind
 }
@@ -111,16 +151,36 @@ type simSchedule struct {
 	// Fix: the tail starts with spec.version set to one that runs, if it
 	// names one that cannot, as a user does who reads the status.
 	Fix bool
+	// TLS: the cluster is made with spec.tls, its certificates valid for
+	// Lifetime; TLSEvents: the schedule has TLS events (spec.tls may be
+	// set later). FixCA: the tail starts with the CA's Secret put back,
+	// if it is lost or corrupt.
+	TLS, TLSEvents, FixCA bool
+	Lifetime              time.Duration
+	Bugs                  bool // drawn with -sim.tlsbugs
 }
 
 func (sc simSchedule) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "create: spec.size %d, spec.version %s, %s\n", sc.Size, sc.Version, map[bool]string{true: "members on PVCs", false: "members on emptyDir"}[sc.Volumes])
+	fmt.Fprintf(&b, "create: spec.size %d, spec.version %s, %s", sc.Size, sc.Version, map[bool]string{true: "members on PVCs", false: "members on emptyDir"}[sc.Volumes])
+	switch {
+	case sc.TLS:
+		fmt.Fprintf(&b, ", spec.tls (certificates for %v)", sc.Lifetime)
+	case sc.TLSEvents:
+		fmt.Fprintf(&b, ", no spec.tls (when set: certificates for %v)", sc.Lifetime)
+	}
+	if sc.Bugs {
+		b.WriteString(" (-sim.tlsbugs)")
+	}
+	b.WriteString("\n")
 	for i, e := range sc.Events {
 		fmt.Fprintf(&b, "  %3d %s\n", i, e)
 	}
 	if sc.Fix {
 		b.WriteString("  then: spec.version set to one that runs, if it names one that cannot\n")
+	}
+	if sc.FixCA {
+		b.WriteString("  then: the CA's Secret put back, if it is lost or corrupt\n")
 	}
 	b.WriteString("  then: uncordon, and passes and ticks without faults\n")
 	return b.String()
@@ -142,6 +202,22 @@ func genSchedule(seed uint64) simSchedule {
 	sc.Fix = r.IntN(2) == 0
 	sc.Volumes = r.IntN(2) == 0
 	n := 20 + r.IntN(100)
+	// TLS draws from a stream of its own: a schedule without TLS is the
+	// one this seed always drew.
+	rt := rand.New(rand.NewPCG(seed, 0x7157157))
+	switch w := rt.IntN(12); {
+	case w < 4:
+		sc.TLS, sc.TLSEvents = true, true
+	case w < 5:
+		sc.TLSEvents = true // spec.tls set later, or never
+	}
+	if sc.TLSEvents {
+		sc.Bugs = *simTLSBugs
+		// Certificates that last 90 days never come due in a schedule;
+		// those of a minute or two come due in most.
+		sc.Lifetime = []time.Duration{defaultCertLifetime, time.Minute, 2 * time.Minute}[rt.IntN(3)]
+		sc.FixCA = rt.IntN(2) == 0
+	}
 	for len(sc.Events) < n {
 		var e simEvent
 		switch w := r.IntN(100); {
@@ -181,6 +257,24 @@ func genSchedule(seed uint64) simSchedule {
 		if faulty(e.Kind) && r.IntN(calm) != 0 {
 			e = simEvent{Kind: evTick}
 		}
+		if sc.TLSEvents {
+			var t simEvent
+			switch w := rt.IntN(200); {
+			case w < 8:
+				t = simEvent{Kind: evCertDue, A: rt.IntN(7), B: rt.IntN(2)}
+			case w < 14:
+				t = simEvent{Kind: evCertLoss, A: rt.IntN(7), B: rt.IntN(3)}
+			case w < 16:
+				t = simEvent{Kind: evCALoss, B: rt.IntN(2)}
+			case w < 19 && sc.Bugs:
+				t = simEvent{Kind: evRotate}
+			case (w < 20 || w < 25 && !sc.TLS) && sc.Bugs:
+				t = simEvent{Kind: evTLSSpec}
+			}
+			if t.Kind != "" && (!faulty(t.Kind) || rt.IntN(calm) == 0) {
+				e = t
+			}
+		}
 		sc.Events = append(sc.Events, e)
 	}
 	return sc
@@ -190,7 +284,7 @@ func genSchedule(seed uint64) simSchedule {
 // node, the status).
 func faulty(kind string) bool {
 	switch kind {
-	case evDelete, evKill, evWipe, evCordon, evStrand, evEvict, evStatusLoss, evClaim:
+	case evDelete, evKill, evWipe, evCordon, evStrand, evEvict, evStatusLoss, evClaim, evCertDue, evCertLoss, evCALoss:
 		return true
 	}
 	return false
@@ -264,7 +358,84 @@ func (m *model) apply(e simEvent) {
 		if m.runnable(e.V) {
 			m.accepted[e.V] = true
 		}
+	case evCertDue:
+		// Before the cluster formed, only with -sim.tlsbugs: the
+		// operator renews no certificate before then.
+		if names := slices.Sorted(maps.Keys(m.leaves)); len(names) > 0 && (m.formed || m.tlsBugs) {
+			m.certDue(names[e.A%len(names)], e.B == 1)
+		}
+	case evCertLoss:
+		if names := slices.Sorted(maps.Keys(m.leaves)); len(names) > 0 && (m.formed || m.tlsBugs || e.B == 0) {
+			m.certLoss(names[e.A%len(names)], e.B)
+		}
+	case evCALoss:
+		// Before the cluster formed, only with -sim.tlsbugs: a CA made
+		// again then keeps the old CA's certificates in the members'
+		// Secrets.
+		if m.ca.Gen != 0 && !m.ca.Lost && (m.formed || m.tlsBugs) {
+			m.ca.Lost, m.ca.Corrupt = e.B == 0, e.B == 1
+		}
+	case evTLSSpec:
+		if m.spec.TLS == nil {
+			m.spec.TLS = m.tlsSpec
+		} else {
+			m.spec.TLS = nil
+		}
+		m.gen++
+	case evRotate:
+		if m.spec.TLS != nil {
+			t := *m.spec.TLS
+			m.rotations++
+			t.CredentialsRotation = fmt.Sprintf("rotation-%d", m.rotations)
+			m.spec.TLS, m.tlsSpec = &t, &t
+			m.gen++
+		}
 	}
+}
+
+// certDue ages a member's certificate (in its Secret, and in its Pod's
+// files if they hold the same one) so that it is due now, or has just
+// expired.
+func (m *model) certDue(member string, expired bool) {
+	l := m.leaves[member]
+	now, life := simTime(m.now), l.NotAfter.Sub(l.NotBefore)
+	nb := now.Add(-life*2/3 - time.Second)
+	if expired {
+		nb = now.Add(-life - time.Second)
+	}
+	age := func(f *simLeaf) { f.NotBefore, f.NotAfter = nb, nb.Add(life) }
+	if p := m.pods[member]; p != nil && p.files != nil && p.files.Serial == l.Serial {
+		age(p.files)
+	}
+	age(l)
+}
+
+// certLoss: someone deletes a member's Secret (the Pod's files stay as
+// they are), or writes into it a certificate of another CA, or a key
+// that is not the certificate's.
+func (m *model) certLoss(member string, how int) {
+	l := m.leaves[member]
+	switch how {
+	case 0:
+		delete(m.leaves, member)
+		return
+	case 1:
+		// Another CA's certificate; its ca.crt too only with -sim.tlsbugs
+		// (etcd trusts the CA it read when it started, and a renewal
+		// restarts nothing).
+		now, trust := simTime(m.now), l.Trust
+		if m.tlsBugs {
+			trust = simForeignCA
+		}
+		l = &simLeaf{CA: simForeignCA, Trust: trust, NotBefore: now, NotAfter: now.Add(24 * time.Hour)}
+	case 2:
+		c := *l
+		c.BadKey = true
+		l = &c
+	}
+	m.serials++
+	l.Serial = m.serials
+	m.leaves[member] = l
 }
 
 // ---- the safety rules ----
@@ -349,10 +520,14 @@ func (m *model) checkStatus(st clusterStatus, t simTruth) {
 	case deg.Status == "False" && !(t.allHealthy && t.healthy >= m.spec.Size):
 		m.failf("status-degraded-false", "Degraded False (%s, phase %s), but %d of %d voters healthy for spec.size %d, all healthy=%v",
 			deg.Reason, st.Phase, t.healthy, t.voters, m.spec.Size, t.allHealthy)
+	case deg.Status == "True" && deg.Reason == reasonBadSecret && !m.ca.ok():
+		// The CA is gone: no certificate can be renewed.
 	case deg.Status == "True" && t.allWell && len(m.pods) == m.spec.Size:
 		m.failf("status-degraded-true", "Degraded True (%s: %s) while every one of the %d members is a healthy voter", deg.Reason, deg.Message, t.voters)
 	}
-	if st.Phase == phaseRunning && !t.allWell {
+	if st.Phase == phaseRunning && !t.allWell && !(condOf(st, condProgressing).Reason == reasonBadSecret && !m.tlsBugs) {
+		// (A cluster whose CA is lost says the phase it had before,
+		// Running too: only with -sim.tlsbugs is that a failure.)
 		m.failf("status-running", "phase Running, but %d of %d voters healthy, %d learners or unstarted, spec.size %d",
 			t.healthy, t.voters, t.others, m.spec.Size)
 	}
@@ -450,6 +625,47 @@ func (m *model) checkStep(s step) {
 	}
 }
 
+// checkSchemes: after a step, the members and their Pods are all on http
+// or all on https: the operator does not switch a running cluster, and a
+// member on the other scheme than its peers cannot talk to them.
+func (m *model) checkSchemes() {
+	var on, off []string
+	add := func(tls bool, what string) {
+		if tls {
+			on = append(on, what)
+		} else {
+			off = append(off, what)
+		}
+	}
+	if m.etcd != nil {
+		for _, mb := range m.etcd.Members {
+			add(mb.HTTPS, "member "+mb.Host)
+		}
+	}
+	for _, n := range m.podNames() {
+		if p := m.pods[n]; !p.Deleting {
+			add(p.TLS, "Pod "+n)
+		}
+	}
+	if len(on) > 0 && len(off) > 0 {
+		m.failf("mixed-scheme", "on https: %s; on http: %s", strings.Join(on, ", "), strings.Join(off, ", "))
+	}
+}
+
+// checkCredentials: after a step, the user and password in Secret
+// BASE-root sign in to etcd with the role root, once authentication is
+// on: the Secret is how clients, the operator among them, get in.
+func (m *model) checkCredentials() {
+	c := m.etcd
+	if c == nil || !c.Auth.Enabled || m.root == nil {
+		return
+	}
+	name := cmp.Or(m.root["username"], rootUser)
+	if u := c.Auth.user(name); u == nil || u.Password != m.root["password"] || !u.Root {
+		m.failf("credentials", "Secret %s holds user %s, who cannot sign in to etcd as root (user %v)", rootSecret(simBase), name, u)
+	}
+}
+
 func parseID(s string) uint64 {
 	var id uint64
 	fmt.Sscan(s, &id)
@@ -464,6 +680,8 @@ func (m *model) memberState(mb *simMember) string {
 		return "no-pod"
 	case p.Data != mb.ID && p.Up:
 		return "other-member"
+	case p.Up && (p.TLS || mb.HTTPS) && m.cutOff(p, mb) != "":
+		return "cut-off(" + m.cutOff(p, mb) + ")"
 	}
 	return strings.TrimPrefix(m.podState(p), p.Name+":"+tagOf(p.Image)+":")
 }
@@ -569,6 +787,44 @@ func (m *model) goal() []simProblem {
 			}
 		}
 	}
+	// TLS: a cluster that runs TLS has its CA, authentication on, and
+	// for every member a certificate of the CA its members trust, valid
+	// and not due, in its Secret and in its Pod's files; its status says
+	// so. One that runs the other way than spec.tls says stays so, and
+	// its status says why.
+	runsTLS := slices.ContainsFunc(c.Members, func(mb *simMember) bool { return mb.HTTPS })
+	if runsTLS != (m.spec.TLS != nil) && condOf(m.status, condProgressing).Reason != reasonTLSSwitchUnsupported {
+		add("tls-switch", "the members run %s, spec.tls says %s, and the status does not say why (%s)", scheme(runsTLS), scheme(m.spec.TLS != nil), condOf(m.status, condProgressing).Reason)
+	}
+	if runsTLS {
+		now := simTime(m.now)
+		if !m.ca.ok() {
+			add("ca", "the CA's Secret is %s", map[bool]string{true: "lost", false: "corrupt"}[m.ca.Lost])
+		}
+		if r := c.Auth.user(rootUser); !c.Auth.Enabled {
+			add("auth", "etcd's authentication is off (user root %v)", r)
+		}
+		if creds := m.tlsView().Creds; m.spec.TLS != nil && (creds.Rotation != m.spec.TLS.CredentialsRotation || creds.NextUser != "" || creds.PreviousUser != "") {
+			add("rotation", "spec.tls.credentialsRotation %q, Secret %s answers %q (next user %q, previous user %q)", m.spec.TLS.CredentialsRotation, rootSecret(simBase), creds.Rotation, creds.NextUser, creds.PreviousUser)
+		}
+		if st := m.status.TLS; st == nil || st.Auth != "enabled" {
+			add("auth-status", "status.tls %+v", st)
+		}
+		// (A renewed certificate reaches the Pod's files at the next
+		// tick; until then an expired one cuts the member off, which
+		// the member's health shows.)
+		for _, mb := range c.Members {
+			l := m.leaves[mb.Host]
+			switch {
+			case l == nil:
+				addMember(mb, "certificate", "member %s has no Secret", mb.Host)
+			case l.BadKey || l.CA != c.CA || l.Trust != c.CA || now.After(l.NotAfter):
+				addMember(mb, "certificate", "member %s's Secret holds a certificate it cannot use (CA %d, trusted %d, bad key %v, expired %v)", mb.Host, l.CA, c.CA, l.BadKey, now.After(l.NotAfter))
+			case l.due(now):
+				addMember(mb, "certificate", "member %s's certificate is due", mb.Host)
+			}
+		}
+	}
 	st := m.status
 	if st.Phase != phaseRunning || st.Ready != fmt.Sprintf("%d/%d", m.spec.Size, m.spec.Size) || condOf(st, condAvailable).Status != "True" {
 		add("status", "status %s %s Available=%s: %s", st.Phase, st.Ready, condOf(st, condAvailable).Status, st.Message)
@@ -587,7 +843,7 @@ func (m *model) excused(problems []simProblem) bool {
 	onlyVersion := true
 	for _, p := range problems {
 		switch {
-		case slices.Contains([]string{"version", "version-mixed", "version-unaccepted", "spec-cannot-run", "status"}, p.class):
+		case slices.Contains([]string{"version", "version-mixed", "version-unaccepted", "spec-cannot-run", "status", "tls-switch"}, p.class):
 		case p.class == "no-leader" && m.etcd != nil && m.runningVoters()+m.downOnBadVersion() >= quorum(m.etcd.voters()):
 		case m.versionDown(p):
 		default:
@@ -595,6 +851,10 @@ func (m *model) excused(problems []simProblem) bool {
 		}
 	}
 	switch prog {
+	case reasonBadSecret:
+		// The CA is gone or unreadable: the operator can neither issue
+		// nor renew, and must not make a CA the members do not trust.
+		return !m.ca.ok()
 	case "QuorumLost":
 		return !m.quorumCanReturn()
 	case "DataLost":
@@ -737,19 +997,44 @@ func (m *model) quorumCanReturn() bool {
 // failures, the first of each kind, and how many tail passes reaching the
 // spec took (-1: not reached, and the status says why, with reason why).
 func simRun(seed uint64, sc simSchedule, trace func(string, ...any)) (fails []*simFailure, passes int, why string) {
-	m := newModel(seed, clusterSpec{Size: sc.Size, Version: sc.Version}, sc.Volumes)
-	m.trace = trace
+	fails, passes, why, _ = simRunTLS(seed, sc, trace)
+	return fails, passes, why
+}
+
+// simTLSStats is what a run did with TLS: whether its cluster ran TLS at
+// the end, and how many certificates the operator renewed.
+type simTLSStats struct {
+	on       bool
+	renewals int
+}
+
+// simRunTLS is simRun, with what the run did with TLS.
+func simRunTLS(seed uint64, sc simSchedule, trace func(string, ...any)) (fails []*simFailure, passes int, why string, stats simTLSStats) {
+	var tls *tlsSpec
+	if sc.TLSEvents {
+		tls = &tlsSpec{CertificateLifetime: sc.Lifetime, CALifetime: defaultCALifetime, CredentialsOverlap: 20 * time.Second}
+	}
+	spec := clusterSpec{Size: sc.Size, Version: sc.Version}
+	if sc.TLS {
+		spec.TLS = tls
+	}
+	m := newTLSModel(seed, spec, sc.Volumes, tls)
+	m.trace, m.tlsBugs = trace, sc.Bugs
 	for i, e := range sc.Events {
 		m.at = i
 		m.tracef("== %d %s", i, e)
 		m.apply(e)
-		if e.Kind != evPass {
+		if e.Kind != evPass && m.trace != nil {
 			m.tracef("   %s", m.summary())
 		}
 	}
 	m.at = len(sc.Events)
 	m.tracef("== tail: uncordon, no faults (lines that repeat the one before are left out)")
 	m.cordoned, m.quiet = false, true
+	if sc.FixCA && m.ca.Gen != 0 && (m.ca.Lost || m.ca.Corrupt) {
+		m.tracef("== tail: the CA's Secret put back")
+		m.ca.Lost, m.ca.Corrupt = false, false
+	}
 	if sc.Fix && m.specWhy() != "" {
 		for _, v := range []string{simV37, simV36} {
 			if m.runnable(v) {
@@ -760,18 +1045,25 @@ func simRun(seed uint64, sc simSchedule, trace func(string, ...any)) (fails []*s
 		}
 	}
 	var problems []simProblem
+	defer func() {
+		stats = simTLSStats{on: m.etcd != nil && slices.ContainsFunc(m.etcd.Members, func(mb *simMember) bool { return mb.HTTPS }), renewals: m.renewals}
+	}()
 	for p := 1; p <= livenessPasses; p++ {
 		m.pass(-1, false)
 		if problems = m.goal(); len(problems) == 0 {
-			m.tracef("spec reached after %d passes: %s", p, m.summary())
-			return m.fails, p, ""
+			if m.trace != nil {
+				m.tracef("spec reached after %d passes: %s", p, m.summary())
+			}
+			return m.fails, p, "", stats
 		}
 		m.tick()
-		m.traceOnce("summary", "   "+m.summary())
+		if m.trace != nil {
+			m.traceOnce("summary", "   "+m.summary())
+		}
 	}
 	if m.excused(problems) {
 		m.tracef("spec not reached, and the status says why: %s", m.status.Message)
-		return m.fails, -1, condOf(m.status, condProgressing).Reason
+		return m.fails, -1, condOf(m.status, condProgressing).Reason, stats
 	}
 	var details []string
 	for _, p := range problems {
@@ -787,7 +1079,7 @@ func simRun(seed uint64, sc simSchedule, trace func(string, ...any)) (fails []*s
 	}
 	m.failf(kind, "after %d fault-free passes: %s; status %s %s Progressing=%s: %s\n    model: %s",
 		livenessPasses, strings.Join(details, "; "), m.status.Phase, m.status.Ready, prog.Reason, m.status.Message, m.summary())
-	return m.fails, 0, ""
+	return m.fails, 0, "", stats
 }
 
 // rootOf names what keeps the cluster from its spec, for the kind of a
@@ -876,13 +1168,21 @@ func TestSimulation(t *testing.T) {
 	start := time.Now()
 	runs, failed, maxPasses := 0, 0, 0
 	excused := map[string]int{}
+	tlsRuns, tlsReached, renewals := 0, 0, 0
 	for seed := *simFirst; ; seed++ {
 		if *simSeeds > 0 && runs >= *simSeeds || *simSeeds == 0 && time.Since(start) > budget {
 			break
 		}
 		runs++
-		fails, passes, why := simRun(seed, genSchedule(seed), nil)
+		fails, passes, why, ts := simRunTLS(seed, genSchedule(seed), nil)
 		maxPasses = max(maxPasses, passes)
+		if ts.on {
+			tlsRuns++
+			if passes > 0 {
+				tlsReached++
+			}
+		}
+		renewals += ts.renewals
 		if passes < 0 {
 			excused[why]++
 		}
@@ -904,8 +1204,8 @@ func TestSimulation(t *testing.T) {
 		reached -= excused[why]
 		whys = append(whys, fmt.Sprintf("%s %d", why, excused[why]))
 	}
-	t.Logf("seeds %d to %d: %d schedules in %v (%.0f/s); %d failed, %d kinds of failure; %d reached the spec, the longest tail in %d passes (bound %d); the others ended with a status that says why (%s)",
-		*simFirst, *simFirst+uint64(runs)-1, runs, elapsed.Round(time.Millisecond), float64(runs)/elapsed.Seconds(), failed, len(found), reached, maxPasses, livenessPasses, strings.Join(whys, ", "))
+	t.Logf("seeds %d to %d: %d schedules in %v (%.0f/s); %d failed, %d kinds of failure; %d reached the spec, the longest tail in %d passes (bound %d); the others ended with a status that says why (%s); %d ended on TLS, %d of them at the spec with authentication on and every certificate valid, %d certificates renewed",
+		*simFirst, *simFirst+uint64(runs)-1, runs, elapsed.Round(time.Millisecond), float64(runs)/elapsed.Seconds(), failed, len(found), reached, maxPasses, livenessPasses, strings.Join(whys, ", "), tlsRuns, tlsReached, renewals)
 	// Shrinking takes at most as long again as the run: a schedule that
 	// is not the shortest yet still shows the failure, and -sim.seed
 	// shrinks it to the end.
@@ -920,8 +1220,8 @@ func TestSimulation(t *testing.T) {
 		if !done {
 			shortest = "shorter schedule (out of time to shrink; -sim.seed shrinks it to the end)"
 		}
-		t.Errorf("%s (%d of %d schedules): seed %d; replay with -sim.seed %d -sim.kind %s -v\n  at entry %d: %s\n%s (%d entries):\n%s",
-			k, f.count, runs, f.seed, f.seed, k, short.At, short.Detail, shortest, len(sc.Events), sc)
+		t.Errorf("%s (%d of %d schedules): seed %d; replay with -sim.seed %d -sim.kind %s%s -v\n  at entry %d: %s\n%s (%d entries):\n%s",
+			k, f.count, runs, f.seed, f.seed, k, map[bool]string{true: " -sim.tlsbugs"}[*simTLSBugs], short.At, short.Detail, shortest, len(sc.Events), sc)
 	}
 }
 
@@ -956,71 +1256,82 @@ func replay(t *testing.T, seed uint64) {
 // fails when it should: an unsafe step, or a status that stopped being
 // true, is reported with its kind.
 func TestSimulationChecks(t *testing.T) {
-	// formed is a 3-member cluster, all healthy, its status written.
-	formed := func(volumes bool) *model {
-		m := newModel(1, clusterSpec{Size: 3, Version: simV36}, volumes)
+	// formed is a 3-member cluster, all healthy, its status written; with
+	// tls, on TLS with authentication on.
+	formed := func(volumes, tls bool) *model {
+		spec := clusterSpec{Size: 3, Version: simV36}
+		if tls {
+			spec.TLS = &tlsSpec{CertificateLifetime: time.Hour, CALifetime: defaultCALifetime, CredentialsOverlap: time.Minute}
+		}
+		m := newModel(1, spec, volumes)
 		for _, e := range []simEvent{{Kind: evPass, A: -1}, {Kind: evTick}, {Kind: evPass, A: -1}} {
 			m.apply(e)
 		}
-		if len(m.fails) > 0 || m.status.Phase != phaseRunning {
-			t.Fatalf("the cluster did not form: %s; %v", m.summary(), m.fails)
+		if len(m.fails) > 0 || m.status.Phase != phaseRunning || len(m.goal()) > 0 || tls != m.etcd.Auth.Enabled {
+			t.Fatalf("the cluster did not form: %s; %v; %v", m.summary(), m.fails, m.goal())
 		}
 		return m
 	}
+	leaf := func(member string, c *ca.CA) *secretToMake {
+		return &secretToMake{Kind: secretLeaf, Name: memberSecret(member), CA: c, JWT: simJWT, Leaf: ca.Leaf{CommonName: member, Lifetime: time.Hour}}
+	}
 	id := func(m *model, host string) string { return fmt.Sprint(m.etcd.byHost(host).ID) }
 	for _, tc := range []struct {
-		name    string
-		check   func(m *model)
-		want    []string
-		volumes bool
+		name         string
+		check        func(m *model)
+		want         []string
+		volumes, tls bool
 	}{
 		{"restarting a voter while another is down", func(m *model) {
 			m.kill(m.pods["sim-1"])
 			m.checkStep(step{Action: actUpgrade, Member: "sim-0", Image: repo + ":" + simV37})
-		}, []string{"quorum", "upgrade-while-unhealthy"}, false},
+		}, []string{"quorum", "upgrade-while-unhealthy"}, false, false},
 		{"removing a healthy voter while another is down", func(m *model) {
 			m.kill(m.pods["sim-1"])
 			m.checkStep(step{Action: actRemoveMember, Member: "sim-0", ID: id(m, "sim-0")})
-		}, []string{"quorum"}, false},
+		}, []string{"quorum"}, false, false},
 		{"adding a member while a learner exists", func(m *model) {
-			if err := m.addMember("sim-3"); err != nil {
+			if err := m.addMember("sim-3", false); err != nil {
 				t.Fatal(err)
 			}
 			m.checkStep(step{Action: actAddMember, Member: "sim-4"})
-		}, []string{"two-changes"}, false},
+		}, []string{"two-changes"}, false, false},
 		{"deleting a healthy member's Pod", func(m *model) {
 			m.checkStep(step{Action: actDeletePod, Member: "sim-2"})
-		}, []string{"deleted-healthy"}, false},
+		}, []string{"deleted-healthy"}, false, false},
 		{"deleting the claim of a member etcd lists", func(m *model) {
 			m.kill(m.pods["sim-2"])
 			m.checkStep(step{Action: actDeleteClaim, Member: "sim-2"})
-		}, []string{"deleted-member-claim"}, true},
+		}, []string{"deleted-member-claim"}, true, false},
 		{"a bootstrap Pod after the cluster formed", func(m *model) {
 			m.deletePod(m.pods["sim-2"])
 			m.tick()
-			m.act(m.input(), m.observe(m.status.CurrentVersion), step{Action: actBootstrap, Members: []string{"sim-0", "sim-1", "sim-2"}})
-		}, []string{"bootstrap-again"}, false},
+			plan := newClusterPlan(objectMeta{Name: simBase, Namespace: "default", UID: "sim-uid"}, repo+":"+simV36)
+			ic := initialCluster([]peer{{"sim-0", "sim-0"}, {"sim-1", "sim-1"}, {"sim-2", "sim-2"}}, false)
+			m.act(m.input(), m.observe(m.status.CurrentVersion), step{Action: actBootstrap, Members: []string{"sim-0", "sim-1", "sim-2"},
+				Create: []object{{Resource: "pods", Name: "sim-2", Body: plan.memberPod("sim-2", ic)}}})
+		}, []string{"bootstrap-again"}, false, false},
 		{"a status that was true before a quorum was lost", func(m *model) {
 			st, _ := decide(m.input(), m.observe(m.status.CurrentVersion))
 			m.kill(m.pods["sim-0"])
 			m.kill(m.pods["sim-1"])
 			m.checkStatus(st, m.truth())
-		}, []string{"status-ready-lie", "status-available", "status-degraded-false", "status-running"}, false},
+		}, []string{"status-ready-lie", "status-available", "status-degraded-false", "status-running"}, false, false},
 		{"a READY column that does not count the ready members", func(m *model) {
 			st, _ := decide(m.input(), m.observe(m.status.CurrentVersion))
 			st.Ready = "2/3"
 			m.checkStatus(st, m.truth())
-		}, []string{"status-count"}, false},
+		}, []string{"status-count"}, false, false},
 		{"a quorum message that counts other members", func(m *model) {
 			st, _ := decide(m.input(), m.observe(m.status.CurrentVersion))
 			st.Message = "quorum lost: 1 of 5 voting members answer, 3 needed"
 			m.checkStatus(st, m.truth())
-		}, []string{"status-quorum-message"}, false},
+		}, []string{"status-quorum-message"}, false, false},
 		{"a version above a member's", func(m *model) {
 			st, _ := decide(m.input(), m.observe(m.status.CurrentVersion))
 			st.CurrentVersion = "3.7.3"
 			m.checkStatus(st, m.truth())
-		}, []string{"status-version"}, false},
+		}, []string{"status-version"}, false, false},
 		{"degraded while all is well", func(m *model) {
 			st, _ := decide(m.input(), m.observe(m.status.CurrentVersion))
 			for i, c := range st.Conditions {
@@ -1029,10 +1340,70 @@ func TestSimulationChecks(t *testing.T) {
 				}
 			}
 			m.checkStatus(st, m.truth())
-		}, []string{"status-degraded-true"}, false},
+		}, []string{"status-degraded-true"}, false, false},
+		{"a certificate of a CA that is not the cluster's", func(m *model) {
+			m.act(m.input(), m.observe(m.status.CurrentVersion), step{Action: actRenewCertificate, Member: "sim-0", Renew: leaf("sim-0", simCA(m.ca.Gen+1))})
+		}, []string{"leaf-wrong-ca", "foreign-ca"}, false, true},
+		{"a certificate issued while the CA is lost", func(m *model) {
+			m.ca.Lost = true
+			m.act(m.input(), m.observe(m.status.CurrentVersion), step{Action: actRenewCertificate, Member: "sim-0", Renew: leaf("sim-0", simCA(m.ca.Gen))})
+		}, []string{"leaf-wrong-ca"}, false, true},
+		{"a new CA whose certificates the members do not trust", func(m *model) {
+			m.ca.Lost = true
+			m.act(m.input(), m.observe(m.status.CurrentVersion), step{Action: actCreateCA, Create: []object{{Resource: "secrets", Name: caSecret(simBase), Secret: &secretToMake{Kind: secretCA, Name: caSecret(simBase)}}}})
+			m.act(m.input(), m.observe(m.status.CurrentVersion), step{Action: actRenewCertificate, Member: "sim-1", Renew: leaf("sim-1", simCA(m.ca.Gen))})
+		}, []string{"foreign-ca"}, false, true},
+		{"a Secret deleted", func(m *model) {
+			m.act(m.input(), m.observe(m.status.CurrentVersion), step{Action: "DeleteSecret", Member: caSecret(simBase), Delete: "secrets"})
+		}, []string{"secret-deleted"}, false, true},
+		{"the CA's Secret overwritten", func(m *model) {
+			m.act(m.input(), m.observe(m.status.CurrentVersion), step{Action: actRenewCertificate, Member: "sim-0", Renew: &secretToMake{Kind: secretCA, Name: caSecret(simBase)}})
+		}, []string{"secret-overwritten"}, false, true},
+		{"a member added on http to a cluster on https", func(m *model) {
+			obs := m.observe(m.status.CurrentVersion)
+			m.act(m.input(), obs, step{Action: actAddMember, Member: "sim-3", Etcd: &etcdRequest{Pod: obs.Etcd.LeaderPod, Path: "/v3/cluster/member/add",
+				Body: map[string]any{"peerURLs": []string{peerURL("sim-3", false)}, "isLearner": true}}})
+			m.checkSchemes()
+		}, []string{"mixed-scheme"}, false, true},
+		{"a Pod on https for a member on http", func(m *model) {
+			m.deletePod(m.pods["sim-2"])
+			m.tick()
+			m.tick()
+			plan := newClusterPlan(objectMeta{Name: simBase, Namespace: "default", UID: "sim-uid"}, repo+":"+simV36)
+			plan.TLS = &tlsSpec{CertificateLifetime: time.Hour, CALifetime: defaultCALifetime}
+			m.act(m.input(), m.observe(m.status.CurrentVersion), step{Action: actRestartMember, Member: "sim-2",
+				Create: []object{{Resource: "pods", Name: "sim-2", Body: plan.joiningPod("sim-2", m.etcd.Initial)}}})
+			m.checkSchemes()
+		}, []string{"mixed-scheme"}, true, false},
+		{"user root with a password that is not the Secret's", func(m *model) {
+			m.etcd.Auth = simAuth{}
+			obs := m.observe(m.status.CurrentVersion)
+			m.act(m.input(), obs, step{Action: actAddRootUser, Etcd: &etcdRequest{Pod: obs.Etcd.LeaderPod, Path: "/v3/auth/user/add", Body: map[string]string{"name": rootUser, "password": "not it"}}})
+		}, []string{"root-password"}, false, true},
+		{"a Secret whose password is not etcd's", func(m *model) {
+			m.root["password"] = "another"
+			m.checkCredentials()
+		}, []string{"credentials"}, false, true},
+		{"a user retired before the overlap is over", func(m *model) {
+			m.root[keyPreviousUser], m.root[keyRotatedAt] = rootUser, stamp(simTime(m.now))
+			obs := m.observe(m.status.CurrentVersion)
+			m.act(m.input(), obs, step{Action: actRetireUser, Etcd: &etcdRequest{Pod: obs.Etcd.LeaderPod, Path: "/v3/auth/user/changepw", Body: map[string]string{"name": rootUser}, RandomPassword: true}})
+		}, []string{"retired-early"}, false, true},
+		{"a cluster on TLS with authentication off, or a certificate due, is not at its spec", func(m *model) {
+			m.etcd.Auth.Enabled = false
+			m.certDue("sim-1", false)
+			var got []string
+			for _, p := range m.goal() {
+				got = append(got, p.class)
+			}
+			if !slices.Contains(got, "auth") || !slices.Contains(got, "certificate") {
+				m.failf("goal", "goal %q", got)
+			}
+			m.failf("checked", "")
+		}, []string{"checked"}, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := formed(tc.volumes)
+			m := formed(tc.volumes, tc.tls)
 			tc.check(m)
 			var got []string
 			for _, f := range m.fails {
@@ -1042,6 +1413,9 @@ func TestSimulationChecks(t *testing.T) {
 				if !slices.Contains(got, k) {
 					t.Errorf("got failures %q, want %s among them", got, k)
 				}
+			}
+			if slices.Contains(got, "goal") {
+				t.Error(m.fails[0].Detail)
 			}
 		})
 	}
@@ -1067,23 +1441,45 @@ func TestSimulationLiveness(t *testing.T) {
 		name    string
 		sc      simSchedule
 		excused bool
+		renewed int // certificates renewed, at least
 	}{
-		{"create", simSchedule{Size: 3, Version: simV36}, false},
+		{"create", simSchedule{Size: 3, Version: simV36}, false, 0},
 		{"grow from 1 to 7 and upgrade", simSchedule{Size: 1, Version: simV36, Events: []simEvent{pass, tick, pass,
-			{Kind: evSize, A: 7}, {Kind: evVersion, V: simV37}}}, false},
-		{"shrink from 7 to 3", simSchedule{Size: 7, Version: simV36, Events: []simEvent{pass, tick, pass, {Kind: evSize, A: 3}}}, false},
+			{Kind: evSize, A: 7}, {Kind: evVersion, V: simV37}}}, false, 0},
+		{"shrink from 7 to 3", simSchedule{Size: 7, Version: simV36, Events: []simEvent{pass, tick, pass, {Kind: evSize, A: 3}}}, false, 0},
 		{"a refused version keeps the cluster as it is", simSchedule{Size: 3, Version: simV36, Events: []simEvent{pass, tick, pass,
-			{Kind: evVersion, V: simRefused}}}, false},
+			{Kind: evVersion, V: simRefused}}}, false, 0},
 		{"two of three Pods deleted: the quorum is lost for good", simSchedule{Size: 3, Version: simV36, Events: []simEvent{pass, tick, pass,
-			{Kind: evDelete, A: 0, B: 2}}}, true},
+			{Kind: evDelete, A: 0, B: 2}}}, true, 0},
+		{"a TLS cluster, its certificates renewed as they come due", simSchedule{Size: 3, Version: simV36, TLS: true, TLSEvents: true, Lifetime: time.Minute,
+			Events: slices.Concat([]simEvent{pass, tick, pass}, slices.Repeat([]simEvent{tick, tick, pass}, 30))}, false, 3 * 60 / 19},
+		{"a TLS cluster grown from 1 to 5 and upgraded", simSchedule{Size: 1, Version: simV36, TLS: true, TLSEvents: true, Lifetime: 2 * time.Minute, Events: []simEvent{pass, tick, pass,
+			{Kind: evSize, A: 5}, {Kind: evVersion, V: simV37}}}, false, 0},
+		{"certificates expired, due, of another CA, with a wrong key, deleted", simSchedule{Size: 3, Version: simV36, TLS: true, TLSEvents: true, Lifetime: defaultCertLifetime, Events: []simEvent{pass, tick, pass,
+			{Kind: evCertDue, A: 0, B: 1}, pass, {Kind: evCertDue, A: 1}, pass, {Kind: evCertLoss, A: 2, B: 1}, tick, pass, {Kind: evCertLoss, A: 0, B: 2}, tick,
+			{Kind: evKill, A: 0, B: 1}, tick, pass, {Kind: evCertLoss, A: 1}, tick, pass}}, false, 4},
+		{"a quorum of certificates expired, renewed", simSchedule{Size: 3, Version: simV36, TLS: true, TLSEvents: true, Lifetime: defaultCertLifetime, Events: []simEvent{pass, tick, pass,
+			{Kind: evCertDue, A: 0, B: 1}, {Kind: evCertDue, A: 1, B: 1}, {Kind: evCertDue, A: 2, B: 1}, tick}}, false, 3},
+		{"the root credentials rotated twice", simSchedule{Size: 3, Version: simV36, TLS: true, TLSEvents: true, Lifetime: time.Minute, Events: slices.Concat([]simEvent{pass, tick, pass,
+			{Kind: evRotate}, pass}, slices.Repeat([]simEvent{tick, pass}, 12), []simEvent{{Kind: evRotate}})}, false, 0},
+		{"the CA lost: the status says so", simSchedule{Size: 3, Version: simV36, TLS: true, TLSEvents: true, Lifetime: time.Minute, Events: []simEvent{pass, tick, pass,
+			{Kind: evCALoss}}}, true, 0},
+		{"the CA corrupt, then put back", simSchedule{Size: 3, Version: simV36, TLS: true, TLSEvents: true, Lifetime: time.Minute, FixCA: true, Events: []simEvent{pass, tick, pass,
+			{Kind: evCALoss, B: 1}, {Kind: evSize, A: 5}, tick, pass}}, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fails, passes, _ := simRun(1, tc.sc, nil)
+			fails, passes, _, stats := simRunTLS(1, tc.sc, nil)
 			for _, f := range fails {
 				t.Errorf("%s: %s", f.Kind, f.Detail)
 			}
 			if excused := passes < 0; excused != tc.excused {
 				t.Errorf("excused %v after %d passes, want %v", excused, passes, tc.excused)
+			}
+			if stats.on != tc.sc.TLS {
+				t.Errorf("the cluster ended on TLS: %v", stats.on)
+			}
+			if stats.renewals < tc.renewed {
+				t.Errorf("%d certificates renewed, want %d or more", stats.renewals, tc.renewed)
 			}
 		})
 	}

@@ -22,6 +22,18 @@
 //   - the operator: observe, the real decide, act and the status write of
 //     main.go, one request at a time, so that the operator can die between
 //     any two of them.
+//   - TLS (spec.tls, a third of the schedules): the cluster's Secrets (its
+//     CA, present, lost or corrupt; BASE-root's user and password; a
+//     certificate per member, dated in simulated time), the files the
+//     kubelet writes from a member's Secret into its Pod (a tick after the
+//     Secret changes), and etcd's authentication (its users and their
+//     roles, auth enable; a credentials rotation's users). A member talks
+//     to its peers only with a certificate that is valid, of the CA the
+//     cluster trusts, with the key that matches, and trusting that CA
+//     itself (etcd reads its CA file only when it starts, its certificate
+//     at every handshake); else it is cut off: it runs, but answers no one
+//     and counts for no quorum. Peer URLs are https, and a Pod's flags (in
+//     the body the operator sends) say whether it runs TLS.
 //
 // Time moves only in tick(): a pass of the operator takes no time, and
 // nothing happens inside a pass but what the operator does.
@@ -29,6 +41,7 @@ package main
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -36,8 +49,10 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/etcd-operator/etcd-operator/internal/ca"
 	"github.com/etcd-operator/etcd-operator/internal/kube"
 )
 
@@ -51,6 +66,7 @@ type simMember struct {
 	ID      uint64
 	Name    string // published once the member has started; etcd lists "" before
 	Host    string // the host of its peer URL: its Pod's and Service's name
+	HTTPS   bool   // its peer URL is https (spec.tls)
 	Learner bool
 }
 
@@ -64,7 +80,26 @@ type simEtcd struct {
 	Leader  uint64       // elected at a tick; checked for validity when read
 	Minor   int          // the cluster version's minor: it never goes down
 	Initial string       // the --initial-cluster it was bootstrapped with
+	// CA is the CA its members trust (the ca.crt its first member started
+	// with); 0 for a cluster on plain http.
+	CA   int
+	Auth simAuth
 }
+
+// simAuth is etcd's authentication: its users, and whether auth is on.
+// It lives in etcd's data, and goes with the cluster.
+type simAuth struct {
+	Users   map[string]*simUser
+	Enabled bool
+}
+
+type simUser struct {
+	Password string
+	Root     bool // has the role root
+}
+
+// user is the user of that name, nil if etcd has none.
+func (a *simAuth) user(name string) *simUser { return a.Users[name] }
 
 func (c *simEtcd) byID(id uint64) *simMember {
 	for _, mb := range c.Members {
@@ -125,7 +160,73 @@ type simPod struct {
 	// then 0). A cluster bootstrapped again has the same member IDs, but
 	// this data is not of it: etcd fails on it.
 	staleData bool
+	// TLS: the Pod runs etcd with the TLS flags (its command line says
+	// --peer-client-cert-auth). files are the certificate, key and ca.crt
+	// the kubelet wrote from the member's Secret, nil until the Secret
+	// could be mounted; trust is the CA of the ca.crt etcd read when it
+	// started.
+	TLS   bool
+	files *simLeaf
+	trust int
 }
+
+// simLeaf is a member's certificate, key and ca.crt, as its Secret (or the
+// files written from it) holds them.
+type simLeaf struct {
+	Serial              int // one per certificate made
+	CA                  int // the CA that signed it: a CA of the cluster's, or simForeignCA
+	Trust               int // the CA of its ca.crt
+	NotBefore, NotAfter time.Time
+	BadKey              bool // the key does not match the certificate
+}
+
+// simForeignCA stands for a CA that is not the cluster's.
+const simForeignCA = -1
+
+// simCASecret is BASE-ca: which of the CAs made so far it holds (0: none
+// made yet), and whether it is gone or unreadable.
+type simCASecret struct {
+	Gen           int
+	Lost, Corrupt bool
+}
+
+func (c simCASecret) ok() bool { return c.Gen != 0 && !c.Lost && !c.Corrupt }
+
+// simCAs are real CAs (decide reads a CA's NotAfter and hands it to the
+// Secrets it asks for): the n-th CA the model makes is simCAs[n-1], made
+// once per process, since making one costs a key.
+var simCAs struct {
+	sync.Mutex
+	list []*ca.CA
+}
+
+func simCA(gen int) *ca.CA {
+	simCAs.Lock()
+	defer simCAs.Unlock()
+	for len(simCAs.list) < gen {
+		c, err := ca.New(fmt.Sprintf("sim etcd CA %d", len(simCAs.list)+1), defaultCALifetime, simTime(0))
+		if err != nil {
+			panic(err)
+		}
+		simCAs.list = append(simCAs.list, c)
+	}
+	return simCAs.list[gen-1]
+}
+
+// simGenOf is the number of a CA simCA made, 0 for any other.
+func simGenOf(c *ca.CA) int {
+	simCAs.Lock()
+	defer simCAs.Unlock()
+	for i, o := range simCAs.list {
+		if o == c {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// simJWT are the token keys of BASE-ca.
+var simJWT = map[string][]byte{"jwt.key": []byte("sim jwt key"), "jwt.pub": []byte("sim jwt pub")}
 
 // view is the podView observe.go builds from the Pod's JSON.
 func (p *simPod) view() podView {
@@ -134,7 +235,7 @@ func (p *simPod) view() podView {
 		Waiting: p.Waiting, WaitingMessage: p.WaitingMsg,
 		InitialCluster: p.InitialCluster, State: p.State, Claim: p.Claim,
 		// The kubelet keeps etcd's last words (FallbackToLogsOnError).
-		DataLost: dataLostSign(p.Exit)}
+		DataLost: dataLostSign(p.Exit), TLS: p.TLS}
 }
 
 // Versions. Tags are spec.version values; unpullable and broken ones model
@@ -188,6 +289,24 @@ type model struct {
 	ran      map[uint64]string // member ID -> the version its process last ran
 	accepted map[string]bool   // spec versions that could run when set
 
+	// The cluster's Secrets (spec.tls): BASE-ca, BASE-root's data (nil
+	// while there is none), and MEMBER-tls by member.
+	// tlsSpec is the schedule's spec.tls, for spec changes that put it
+	// back.
+	ca       simCASecret
+	cas      int // CAs made
+	root     map[string]string
+	leaves   map[string]*simLeaf
+	serials  int
+	tlsSpec  *tlsSpec
+	renewals int
+	// rotations: the values spec.tls.credentialsRotation took.
+	rotations int
+	// tlsBugs: the schedule was drawn with -sim.tlsbugs. Without it no
+	// certificate ages before the cluster has formed, since the operator
+	// renews none before then.
+	tlsBugs bool
+
 	// The pass under way: requests made, the request the operator dies
 	// before (-1: none), whether status writes are lost.
 	reqs, killAt int
@@ -204,6 +323,12 @@ type model struct {
 // newModel: the members keep their data on PVCs if volumes, else on
 // emptyDir.
 func newModel(seed uint64, spec clusterSpec, volumes bool) *model {
+	return newTLSModel(seed, spec, volumes, spec.TLS)
+}
+
+// newTLSModel: tls is the spec.tls that spec changes set (spec.TLS is
+// the one the cluster is created with).
+func newTLSModel(seed uint64, spec clusterSpec, volumes bool, tls *tlsSpec) *model {
 	spec.Storage = storageSpec{EmptyDir: true}
 	if volumes {
 		spec.Storage = storageSpec{Size: defaultStorageSize}
@@ -213,7 +338,7 @@ func newModel(seed uint64, spec clusterSpec, volumes bool) *model {
 		spec: spec, gen: 1, volumes: volumes,
 		pods: map[string]*simPod{}, svcs: map[string]bool{}, claims: map[string]*simClaim{}, lagged: map[string]*simClaim{},
 		usedIDs: map[uint64]bool{}, ran: map[uint64]string{}, accepted: map[string]bool{},
-		killAt: -1,
+		killAt: -1, leaves: map[string]*simLeaf{}, tlsSpec: tls,
 	}
 	if m.runnable(spec.Version) {
 		m.accepted[spec.Version] = true
@@ -269,10 +394,38 @@ func (m *model) used(name string) bool {
 
 // ---- etcd ----
 
-// running: the member's process runs in its Pod, with its data.
+// running: the member's process runs in its Pod, with its data, and can
+// talk to its peers.
 func (m *model) running(mb *simMember) bool {
 	p := m.pods[mb.Host]
-	return p != nil && p.Up && p.Data == mb.ID
+	return p != nil && p.Up && p.Data == mb.ID && (!p.TLS && !mb.HTTPS || m.cutOff(p, mb) == "")
+}
+
+// cutOff says why the member in p cannot talk to its peers, "" if it can:
+// it runs the other scheme than its peer URL says, or, on TLS, its
+// certificate (the files etcd reads at each handshake) has expired, is
+// not of the CA the cluster trusts or has the wrong key, or etcd trusts
+// another CA (its ca.crt when it started). Peers refuse such a member's
+// handshakes, and it theirs.
+func (m *model) cutOff(p *simPod, mb *simMember) string {
+	f := p.files
+	switch {
+	case p.TLS != mb.HTTPS:
+		return "scheme: its Pod runs " + scheme(p.TLS) + ", its peer URL is " + scheme(mb.HTTPS)
+	case !p.TLS:
+		return ""
+	case f == nil:
+		return "no certificate"
+	case f.BadKey:
+		return "its key does not match its certificate"
+	case simTime(m.now).After(f.NotAfter):
+		return "its certificate has expired"
+	case m.etcd == nil || f.CA != m.etcd.CA:
+		return "its certificate is not of the CA the cluster trusts"
+	case p.trust != m.etcd.CA:
+		return "it trusts another CA"
+	}
+	return ""
 }
 
 func (m *model) runningVoters() int {
@@ -367,11 +520,15 @@ func (m *model) bootstrapCluster(p *simPod) {
 		id := bootstrapID(u)
 		m.usedIDs[id] = true
 		delete(m.ran, id)
-		host := strings.TrimSuffix(strings.TrimPrefix(u, "http://"), fmt.Sprintf(":%d", peerPort))
-		c.Members = append(c.Members, &simMember{ID: id, Host: host})
+		sch, host, _ := strings.Cut(u, "://")
+		host = strings.TrimSuffix(host, fmt.Sprintf(":%d", peerPort))
+		c.Members = append(c.Members, &simMember{ID: id, Host: host, HTTPS: sch == "https"})
 		fmt.Fprint(h, id)
 	}
 	c.ID = h.Sum64()
+	if p.TLS {
+		c.CA = p.trust
+	}
 	m.etcd = c
 	m.sortMembers()
 	m.tracef("etcd: %s bootstraps a new cluster %x of %d members", p.Name, c.ID, len(c.Members))
@@ -386,7 +543,7 @@ func (m *model) matchesMembers(initialCluster string) bool {
 		return false
 	}
 	for _, mb := range m.etcd.Members {
-		i := slices.Index(urls, peerURL(mb.Host, false))
+		i := slices.Index(urls, peerURL(mb.Host, mb.HTTPS))
 		if i < 0 || mb.started() && names[i] != mb.Name {
 			return false
 		}
@@ -399,6 +556,13 @@ func (m *model) matchesMembers(initialCluster string) bool {
 func (m *model) start(p *simPod) string {
 	tag := tagOf(p.Image)
 	var mb *simMember
+	if p.TLS {
+		// etcd loads its key pair and its CA file as it starts.
+		if p.files.BadKey {
+			return "tls: failed to load the peer key pair: tls: private key does not match public key"
+		}
+		p.trust = p.files.Trust
+	}
 	switch {
 	case p.staleData:
 		return "stale: its data is of a cluster that is gone"
@@ -448,6 +612,10 @@ func (m *model) start(p *simPod) string {
 		}
 		if !reachable {
 			return "noinfo: could not retrieve cluster information from the given URLs"
+		}
+		if mb := m.etcd.byHost(p.Name); mb != nil && (p.TLS || mb.HTTPS) && m.cutOff(p, mb) != "" {
+			// Its peers refuse its handshakes (or it theirs).
+			return "noinfo: could not retrieve cluster information from the given URLs (remote error: tls: bad certificate)"
 		}
 		if !m.matchesMembers(p.InitialCluster) {
 			return "peerURLs: error validating peerURLs: member count is unequal or URLs differ"
@@ -584,6 +752,25 @@ func (m *model) tick() {
 	if m.now >= m.lagUntil {
 		clear(m.lagged)
 	}
+	if !m.formed && !m.tlsBugs {
+		for _, l := range m.leaves {
+			l.NotBefore, l.NotAfter = l.NotBefore.Add(2*time.Second), l.NotAfter.Add(2*time.Second)
+		}
+		for _, p := range m.pods {
+			if p.files != nil {
+				p.files.NotBefore, p.files.NotAfter = p.files.NotBefore.Add(2*time.Second), p.files.NotAfter.Add(2*time.Second)
+			}
+		}
+	}
+	// The kubelet writes a member's Secret into its Pod's files again (a
+	// Secret deleted leaves them as they were); etcd reads the
+	// certificate at its next handshake.
+	for _, p := range m.pods {
+		if l := m.leaves[p.Name]; p.files != nil && l != nil && *p.files != *l {
+			f := *l
+			p.files = &f
+		}
+	}
 	m.reap()
 	for _, n := range m.podNames() {
 		// The broken release runs a tick, then panics, and panics at every
@@ -610,6 +797,16 @@ func (m *model) tick() {
 			if c != nil {
 				p.Data, p.staleData = c.Data, c.stale // the data on its volume
 			}
+		}
+		if p.TLS && p.files == nil {
+			// The container is created once its Secret can be mounted.
+			l := m.leaves[p.Name]
+			if l == nil {
+				p.Waiting, p.WaitingMsg = "ContainerCreating", fmt.Sprintf("MountVolume.SetUp failed for volume \"tls\" : secret %q not found", memberSecret(p.Name))
+				continue
+			}
+			f := *l
+			p.files = &f
 		}
 		if unpullable(p.Image) {
 			p.Waiting, p.WaitingMsg = "ImagePullBackOff", fmt.Sprintf("Back-off pulling image %q", p.Image)
@@ -652,7 +849,7 @@ func (m *model) tick() {
 	for _, p := range m.pods {
 		p.Ready = false
 		if p.Up && !p.Deleting && leader != 0 {
-			if mb := m.etcd.byID(p.Data); mb != nil && !mb.Learner {
+			if mb := m.etcd.byID(p.Data); mb != nil && !mb.Learner && (!p.TLS && !mb.HTTPS || m.cutOff(p, mb) == "") {
 				p.Ready = true
 			}
 		}
@@ -747,11 +944,13 @@ func (m *model) acceptable(v string) bool {
 // every Service; etcd's /v3/maintenance/status from each Running Pod with
 // a podIP and no deletionTimestamp, then the leader's member list.
 func (m *model) observe(known string) observed {
-	var obs observed
+	obs := observed{Now: simTime(m.now)}
 	var running []*simPod
+	tlsOn := m.spec.TLS != nil
 	for _, n := range m.podNames() {
 		p := m.pods[n]
 		obs.Pods = append(obs.Pods, p.view())
+		tlsOn = tlsOn || p.TLS
 		// A Pod gets its podIP when it is bound and its sandbox runs.
 		if p.Phase == "Running" && p.Scheduled && !p.Deleting {
 			running = append(running, p)
@@ -771,6 +970,9 @@ func (m *model) observe(known string) observed {
 		}
 	}
 	slices.SortFunc(obs.Claims, func(a, b claimView) int { return strings.Compare(a.Name, b.Name) })
+	if tlsOn {
+		obs.TLS = m.tlsView()
+	}
 	v := &obs.Etcd
 	if len(running) > 0 {
 		v.AnsweredPods = []string{}
@@ -783,6 +985,9 @@ func (m *model) observe(known string) observed {
 			continue // connection refused
 		}
 		mb := m.etcd.byID(p.Data)
+		if (p.TLS || mb.HTTPS) && m.cutOff(p, mb) != "" {
+			continue // cut off from its peers: no answer worth the name
+		}
 		answered[mb.ID] = true
 		podOf[fmt.Sprint(mb.ID)] = p.Name
 		v.AnsweredPods = append(v.AnsweredPods, p.Name)
@@ -806,9 +1011,72 @@ func (m *model) observe(known string) observed {
 	v.LeaderPod = leaderPod
 	v.Members = m.memberViews(answered)
 	v.Listed = v.Members
+	if tlsOn {
+		// observeAuth: the leader's /v3/auth/status, and while auth is
+		// off, /v3/auth/user/get of root; while it is on and a rotation
+		// is under way, of its next user.
+		a := &m.etcd.Auth
+		v.Auth = &authView{Enabled: a.Enabled}
+		switch next := obs.TLS.Creds.NextUser; {
+		case !a.Enabled && a.user(rootUser) != nil:
+			v.Auth.RootUser, v.Auth.RootRole = true, a.user(rootUser).Root
+		case a.Enabled && next != "" && a.user(next) != nil:
+			v.Auth.NextUser, v.Auth.NextRole = true, a.user(next).Root
+		}
+	}
 	m.observeClusterVersion(v, known)
 	return obs
 }
+
+// tlsView is what observeTLS reads of the cluster's Secrets at the
+// model's now, as tlsOf reads it.
+func (m *model) tlsView() *tlsView {
+	v := &tlsView{Leaves: map[string]leafView{}}
+	switch {
+	case m.ca.Gen == 0 || m.ca.Lost:
+	case m.ca.Corrupt:
+		v.JWT = simJWT
+		v.CAProblem = fmt.Sprintf("Secret %s: CA key: %v (tls.key holds no PEM data)", caSecret(simBase), ca.ErrNoKey)
+	default:
+		v.CA, v.JWT = simCA(m.ca.Gen), simJWT
+	}
+	if m.root != nil {
+		data := map[string][]byte{}
+		for k, x := range m.root {
+			data[k] = []byte(x)
+		}
+		v.HasRoot, v.Root, v.Creds = true, m.root["password"], credentialsOf(data, simTime(m.now))
+	}
+	if v.CA == nil {
+		return v
+	}
+	now := simTime(m.now)
+	for name, l := range m.leaves {
+		v.Leaves[name] = l.view(m.ca.Gen, now)
+	}
+	return v
+}
+
+// view is the leaf as tlsOf sees it, with the CA of BASE-ca.
+func (l *simLeaf) view(caGen int, now time.Time) leafView {
+	at := ca.RenewAt(l.NotBefore, l.NotAfter)
+	v := leafView{NotAfter: l.NotAfter, Renew: !now.Before(at), RenewIn: at.Sub(now)}
+	switch {
+	case l.BadKey:
+		v.Problem = ca.ErrKeyMismatch.Error()
+	case now.After(l.NotAfter):
+		v.Problem = fmt.Sprintf("%v: valid until %s, and it is now %s", ca.ErrExpired, stamp(l.NotAfter), stamp(now))
+	case l.CA != caGen:
+		v.Problem = ca.ErrUnknownAuthority.Error()
+	case l.Trust != caGen:
+		v.Problem = "its ca.crt is not the cluster's CA"
+	}
+	v.Renew = v.Renew || v.Problem != ""
+	return v
+}
+
+// due: the leaf is at two thirds of its life, or past it.
+func (l *simLeaf) due(now time.Time) bool { return !now.Before(ca.RenewAt(l.NotBefore, l.NotAfter)) }
 
 // observeClusterVersion is etcd's /version as observe.go asks it
 // (askClusterVersion).
@@ -822,7 +1090,7 @@ func (m *model) observeClusterVersion(v *etcdView, known string) {
 func (m *model) memberViews(answered map[uint64]bool) []memberView {
 	views := []memberView{}
 	for _, mb := range m.etcd.Members {
-		mv := memberView{ID: fmt.Sprint(mb.ID), Name: mb.Name, PeerHost: mb.Host, Learner: mb.Learner}
+		mv := memberView{ID: fmt.Sprint(mb.ID), Name: mb.Name, PeerHost: mb.Host, PeerHTTPS: mb.HTTPS, Learner: mb.Learner}
 		if answered[mb.ID] {
 			mv.Answered, mv.Version = true, strings.TrimPrefix(tagOf(m.pods[mb.Host].Image), "v")
 		}
@@ -901,6 +1169,8 @@ func (m *model) pass(kill int, lose bool) {
 		}
 		m.checkStep(s)
 		again, err := m.act(in, obs, s)
+		m.checkSchemes()
+		m.checkCredentials()
 		if errors.Is(err, errSimKilled) {
 			return
 		}
@@ -998,13 +1268,21 @@ func (m *model) createService(name string) error {
 	return nil
 }
 
-func (m *model) createPod(name, image, initialCluster, state string) error {
+// createPod creates a Pod from the body decide made, read as the Pod
+// watch reads it (pod.cached).
+func (m *model) createPod(name string, body []byte) error {
 	if err := m.request("creating Pod " + name); err != nil {
 		return err
 	}
 	if m.pods[name] != nil {
 		return nil // 409: a Pod of that name exists, even one being deleted
 	}
+	var wire pod
+	if err := json.Unmarshal(body, &wire); err != nil {
+		return fmt.Errorf("pod %s: %w", name, err)
+	}
+	cp := wire.cached()
+	image, initialCluster, state := cp.Image, cp.InitialCluster, cp.State
 	// Once the operator has seen the cluster, a new bootstrap Pod is raft
 	// amnesia (or a second cluster). Only when both the data and the
 	// status are gone can it not know.
@@ -1012,8 +1290,8 @@ func (m *model) createPod(name, image, initialCluster, state string) error {
 		m.failf("bootstrap-again", "Pod %s created with --initial-cluster-state=new after the operator saw the cluster (its data %s)",
 			name, map[bool]string{true: "still lives", false: "is gone, the status is not"}[m.dataAlive()])
 	}
-	m.tracef("operator creates Pod %s (%s, state %s, --initial-cluster=%s)", name, tagOf(image), state, initialCluster)
-	p := &simPod{Name: name, Image: image, State: state, InitialCluster: initialCluster, Phase: "Pending"}
+	m.tracef("operator creates Pod %s (%s, state %s, --initial-cluster=%s%s)", name, tagOf(image), state, initialCluster, map[bool]string{true: ", TLS"}[cp.TLS])
+	p := &simPod{Name: name, Image: image, State: state, InitialCluster: initialCluster, Phase: "Pending", TLS: cp.TLS}
 	if m.volumes {
 		p.Claim = name
 	}
@@ -1037,70 +1315,160 @@ func (m *model) createClaim(name string) error {
 	return nil
 }
 
-// createClaims creates a step's PVCs (act creates them after the
-// Services, before the Pods).
-func (m *model) createClaims(s step) error {
+// createAll is act's createAll: the step's objects, in order (Services,
+// claims and Secrets before the Pods that need them).
+func (m *model) createAll(s step) error {
 	for _, o := range s.Create {
-		if o.Resource == "persistentvolumeclaims" {
-			if err := m.createClaim(o.Name); err != nil {
-				return err
-			}
+		var err error
+		switch o.Resource {
+		case "services":
+			err = m.createService(o.Name)
+		case "persistentvolumeclaims":
+			err = m.createClaim(o.Name)
+		case "secrets":
+			err = m.createSecret(o)
+		case "pods":
+			err = m.createPod(o.Name, o.Body)
+		default:
+			err = fmt.Errorf("create %s/%s: not in the model", o.Resource, o.Name)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
+// createSecret makes a Secret's keys as act does (secretToMake.data),
+// at the model's now; 409 AlreadyExists counts as done, and changes
+// nothing.
+func (m *model) createSecret(o object) error {
+	if err := m.request("creating Secret " + o.Name); err != nil {
+		return err
+	}
+	sm := o.Secret
+	if sm == nil || sm.Name != o.Name {
+		return fmt.Errorf("secret %s: no keys to make", o.Name)
+	}
+	switch sm.Kind {
+	case secretCA:
+		if o.Name != caSecret(simBase) {
+			return fmt.Errorf("CA secret named %s", o.Name)
+		}
+		if m.ca.Gen != 0 && !m.ca.Lost {
+			return nil // 409, even one that cannot be read
+		}
+		m.cas++
+		m.ca = simCASecret{Gen: m.cas}
+		m.tracef("operator creates Secret %s: CA %d", o.Name, m.cas)
+	case secretRoot:
+		if m.root != nil {
+			return nil
+		}
+		m.root = map[string]string{"username": cmp.Or(sm.User, rootUser), "password": cmp.Or(sm.Password, m.password())}
+		if sm.Rotation != "" {
+			m.root[keyRotation] = sm.Rotation
+		}
+		m.tracef("operator creates Secret %s", o.Name)
+	case secretLeaf:
+		member, _ := strings.CutSuffix(o.Name, "-tls")
+		if m.leaves[member] != nil {
+			return nil
+		}
+		m.leaves[member] = m.issue(member, sm)
+		m.tracef("operator creates Secret %s: a certificate of CA %d, due %s", o.Name, m.leaves[member].CA, stamp(ca.RenewAt(m.leaves[member].NotBefore, m.leaves[member].NotAfter)))
+	default:
+		return fmt.Errorf("secret %s: unknown kind %q", o.Name, sm.Kind)
+	}
+	return nil
+}
+
+// issue is a certificate as secretToMake.data makes it now: signed by
+// the CA decide gave, which must be the one BASE-ca holds, and the one
+// the cluster's members trust.
+func (m *model) issue(member string, sm *secretToMake) *simLeaf {
+	gen := simGenOf(sm.CA)
+	switch {
+	case sm.CA == nil:
+		m.failf("leaf-wrong-ca", "certificate of %s to be issued with no CA", member)
+	case !m.ca.ok():
+		m.failf("leaf-wrong-ca", "certificate of %s issued by CA %d while BASE-ca is %s", member, gen, map[bool]string{true: "lost", false: "unreadable"}[m.ca.Lost || m.ca.Gen == 0])
+	case gen != m.ca.Gen:
+		m.failf("leaf-wrong-ca", "certificate of %s issued by CA %d, but BASE-ca holds CA %d", member, gen, m.ca.Gen)
+	}
+	if c := m.etcd; c != nil && c.CA != 0 && gen != c.CA {
+		m.failf("foreign-ca", "certificate of %s issued by CA %d, but the members of cluster %x trust CA %d", member, gen, c.ID, c.CA)
+	}
+	if sm.Leaf.CommonName != member || sm.Name != memberSecret(member) {
+		m.failf("leaf-name", "Secret %s holds a certificate for %q", sm.Name, sm.Leaf.CommonName)
+	}
+	now, life := simTime(m.now), sm.Leaf.Lifetime
+	m.serials++
+	return &simLeaf{Serial: m.serials, CA: gen, Trust: gen,
+		NotBefore: now.Add(-min(5*time.Minute, life/10)), NotAfter: now.Add(life)}
+}
+
+// password is a new random password.
+func (m *model) password() string {
+	m.serials++
+	return fmt.Sprintf("password-%d", m.serials)
+}
+
+// renew is act's renewSecret: a merge patch of the member's Secret with
+// a new key and certificate, or of BASE-root with a rotation's next
+// user and password.
+func (m *model) renew(s step) error {
+	sm := s.Renew
+	if err := m.request("renewing Secret " + sm.Name); err != nil {
+		return err
+	}
+	if sm.Kind == secretNextRoot && sm.Name == rootSecret(simBase) {
+		if m.root == nil {
+			return &simErr{404, fmt.Sprintf("secrets %q not found", sm.Name)}
+		}
+		m.root[keyNextUser], m.root[keyNextPassword] = sm.User, m.password()
+		m.tracef("operator writes the next user %s into Secret %s", sm.User, sm.Name)
+		return nil
+	}
+	if sm.Kind != secretLeaf {
+		m.failf("secret-overwritten", "Secret %s (%s) overwritten by a renewal", sm.Name, sm.Kind)
+		return nil
+	}
+	member, _ := strings.CutSuffix(sm.Name, "-tls")
+	if m.leaves[member] == nil {
+		return &simErr{404, fmt.Sprintf("secrets %q not found", sm.Name)}
+	}
+	m.leaves[member] = m.issue(member, sm)
+	m.renewals++
+	m.tracef("operator renews Secret %s: a certificate of CA %d", sm.Name, m.leaves[member].CA)
+	return nil
+}
+
 // act is main.go's act for the model: one step, idempotent as act is.
 func (m *model) act(in input, obs observed, s step) (time.Duration, error) {
-	image := cmp.Or(s.Image, repo+":"+in.Spec.Version)
+	if s.Delete == "secrets" {
+		m.failf("secret-deleted", "step %s deletes Secret %s", s.Action, s.Member)
+	}
 	switch s.Action {
-	case actBootstrap:
-		ic := make([]string, len(s.Members))
-		for i, n := range s.Members {
-			ic[i] = n + "=" + peerURL(n, false)
-		}
-		for _, n := range s.Members {
-			if err := m.createService(n); err != nil {
-				return 0, err
-			}
-		}
-		if err := m.createService(simBase + "-client"); err != nil {
+	case actBootstrap, actCreateClient, actStartMember, actRestartMember, actCreateCA, actIssueCertificate, actCreateRootSecret:
+		return 0, m.createAll(s)
+	case actRenewCertificate, actPrepareCredentials:
+		return 0, m.renew(s)
+	case actAddRootUser, actGrantRoot, actEnableAuth, actAddUser, actGrantUser:
+		return 0, m.authStep(obs, s)
+	case actRetireUser:
+		if err := m.authStep(obs, s); err != nil {
 			return 0, err
 		}
-		if err := m.createClaims(s); err != nil {
-			return 0, err
-		}
-		for _, n := range s.Members {
-			if err := m.createPod(n, image, strings.Join(ic, ","), "new"); err != nil {
-				return 0, err
-			}
-		}
-		return 0, nil
-	case actCreateClient:
-		return 0, m.createService(simBase + "-client")
+		return 0, m.patchRoot(s)
+	case actSwitchCredentials:
+		return 0, m.patchRoot(s)
 	case actMarkFormed:
 		if err := m.request("recording the cluster ID"); err != nil {
 			return 0, err
 		}
 		m.formedID, m.formed = obs.Etcd.ClusterID, true
 		return 0, nil
-	case actStartMember:
-		if err := m.createService(s.Member); err != nil {
-			return 0, err
-		}
-		if err := m.createClaims(s); err != nil {
-			return 0, err
-		}
-		return 0, m.createPod(s.Member, image, s.InitialCluster, "existing")
-	case actRestartMember:
-		for _, o := range s.Create {
-			if o.Resource == "services" {
-				if err := m.createService(o.Name); err != nil {
-					return 0, err
-				}
-			}
-		}
-		return 0, m.createPod(s.Member, image, s.InitialCluster, "existing")
 	case actDeleteClaim:
 		if err := m.request("deleting claim " + s.Member); err != nil {
 			return 0, err
@@ -1114,7 +1482,11 @@ func (m *model) act(in input, obs observed, s step) (time.Duration, error) {
 	case actAddMember:
 		_, err := m.etcdCall(obs.Etcd.LeaderPod, "adding member "+s.Member)
 		if err == nil {
-			err = m.addMember(s.Member)
+			urls, _ := s.Etcd.Body.(map[string]any)["peerURLs"].([]string)
+			if len(urls) != 1 || urls[0] != peerURL(s.Member, strings.HasPrefix(urls[0], "https:")) {
+				return 0, fmt.Errorf("member add of %s with peer URLs %q", s.Member, urls)
+			}
+			err = m.addMember(s.Member, strings.HasPrefix(urls[0], "https:"))
 		}
 		if simIsRefused(err, "already exists") {
 			return 0, nil
@@ -1183,9 +1555,101 @@ func (m *model) act(in input, obs observed, s step) (time.Duration, error) {
 	return 0, fmt.Errorf("unknown step %q", s.Action)
 }
 
+// authStep is etcd's /v3/auth/user/add, user/grant and enable, sent to
+// the leader.
+func (m *model) authStep(obs observed, s step) error {
+	if _, err := m.etcdCall(obs.Etcd.LeaderPod, s.Action); err != nil {
+		return err
+	}
+	a := &m.etcd.Auth
+	if a.Users == nil {
+		a.Users = map[string]*simUser{}
+	}
+	body, _ := s.Etcd.Body.(map[string]string)
+	switch s.Action {
+	case actAddRootUser, actAddUser:
+		if a.user(body["name"]) != nil {
+			return nil // "user name already exists": act takes it as done
+		}
+		key := map[bool]string{true: "password", false: keyNextPassword}[s.Action == actAddRootUser]
+		if want := map[bool]string{true: rootUser, false: m.root[keyNextUser]}[s.Action == actAddRootUser]; body["name"] != want || body["password"] != m.root[key] {
+			m.failf("root-password", "user %q added with a password that is not the one in Secret %s (key %s)", body["name"], rootSecret(simBase), key)
+		}
+		a.Users[body["name"]] = &simUser{Password: body["password"]}
+		m.tracef("etcd: user %s added", body["name"])
+	case actGrantRoot, actGrantUser:
+		u := a.user(body["user"])
+		if u == nil {
+			return &simErr{400, "etcdserver: user name not found"}
+		}
+		u.Root = body["role"] == rootUser
+		m.tracef("etcd: user %s has the role %s", body["user"], body["role"])
+	case actRetireUser:
+		// A user is retired only once the overlap after the switch is
+		// over: until then clients may still hold its password.
+		creds := m.tlsView().Creds
+		if t := m.spec.TLS; t != nil && creds.PreviousUser != "" && creds.RotatedAgo < t.CredentialsOverlap {
+			m.failf("retired-early", "user %s retired %v after the switch to %s, before the overlap of %v", body["name"], creds.RotatedAgo, creds.User, t.CredentialsOverlap)
+		}
+		u := a.user(body["name"])
+		switch {
+		case u == nil:
+			return nil // "user name not found": done
+		case s.Etcd.Path == "/v3/auth/user/changepw" && s.Etcd.RandomPassword:
+			u.Password = m.password()
+			m.tracef("etcd: user %s has a password nobody knows", body["name"])
+		case s.Etcd.Path == "/v3/auth/user/delete" && body["name"] == rootUser && a.Enabled:
+			return &simErr{400, "etcdserver: invalid auth management"}
+		case s.Etcd.Path == "/v3/auth/user/delete":
+			delete(a.Users, body["name"])
+			m.tracef("etcd: user %s deleted", body["name"])
+		default:
+			return fmt.Errorf("retire user %s with %s: not in the model", body["name"], s.Etcd.Path)
+		}
+	case actEnableAuth:
+		switch r := a.user(rootUser); {
+		case r == nil:
+			return &simErr{400, "etcdserver: root user does not exist"}
+		case !r.Root:
+			return &simErr{400, "etcdserver: root user does not have root role"}
+		}
+		if !a.Enabled {
+			m.tracef("etcd: authentication enabled")
+		}
+		a.Enabled = true
+	}
+	return nil
+}
+
+// patchRoot is the step's merge patch of Secret BASE-root's data.
+func (m *model) patchRoot(s step) error {
+	if err := m.request("patching Secret " + rootSecret(simBase)); err != nil {
+		return err
+	}
+	if s.Patch == nil || s.Patch.Path != corePath("default", "secrets")+"/"+rootSecret(simBase) {
+		return fmt.Errorf("step %s patches %v, not Secret %s", s.Action, s.Patch, rootSecret(simBase))
+	}
+	var body struct{ Data map[string]*[]byte }
+	if err := json.Unmarshal(s.Patch.Body, &body); err != nil {
+		return err
+	}
+	if m.root == nil {
+		return &simErr{404, fmt.Sprintf("secrets %q not found", rootSecret(simBase))}
+	}
+	for k, v := range body.Data {
+		if v == nil {
+			delete(m.root, k)
+		} else {
+			m.root[k] = string(*v)
+		}
+	}
+	m.tracef("operator patches Secret %s: user %s, previous %q, next %q", rootSecret(simBase), m.root["username"], m.root[keyPreviousUser], m.root[keyNextUser])
+	return nil
+}
+
 // addMember is etcd's member add of a learner: a peer URL in use is
 // refused first, then a second learner.
-func (m *model) addMember(host string) error {
+func (m *model) addMember(host string, https bool) error {
 	c := m.etcd
 	if c.byHost(host) != nil {
 		return &simErr{400, "etcdserver: Peer URLs already exists"}
@@ -1195,7 +1659,7 @@ func (m *model) addMember(host string) error {
 			return &simErr{400, "etcdserver: too many learner members in cluster"}
 		}
 	}
-	c.Members = append(c.Members, &simMember{ID: m.newID(), Host: host, Learner: true})
+	c.Members = append(c.Members, &simMember{ID: m.newID(), Host: host, HTTPS: https, Learner: true})
 	m.sortMembers()
 	m.tracef("etcd: %s added as a learner", host)
 	return nil
@@ -1325,6 +1789,49 @@ func (m *model) summary() string {
 	}
 	if m.cordoned {
 		b.WriteString("; cordoned")
+	}
+	if m.spec.TLS != nil || m.ca.Gen != 0 {
+		b.WriteString("; tls:")
+		if m.spec.TLS == nil {
+			b.WriteString(" (not in spec)")
+		}
+		switch {
+		case m.ca.Gen == 0:
+			b.WriteString(" no CA")
+		case m.ca.Lost:
+			fmt.Fprintf(&b, " CA %d lost", m.ca.Gen)
+		case m.ca.Corrupt:
+			fmt.Fprintf(&b, " CA %d corrupt", m.ca.Gen)
+		default:
+			fmt.Fprintf(&b, " CA %d", m.ca.Gen)
+		}
+		if c := m.etcd; c != nil {
+			fmt.Fprintf(&b, ", trusted %d, auth enabled=%v users", c.CA, c.Auth.Enabled)
+			for _, n := range slices.Sorted(maps.Keys(c.Auth.Users)) {
+				fmt.Fprintf(&b, " %s", n)
+				if c.Auth.Users[n].Root {
+					b.WriteString("(root)")
+				}
+			}
+			b.WriteString(";")
+		}
+		now := simTime(m.now)
+		for _, n := range slices.Sorted(maps.Keys(m.leaves)) {
+			l := m.leaves[n]
+			fmt.Fprintf(&b, " %s(CA %d", n, l.CA)
+			switch {
+			case l.BadKey:
+				b.WriteString(", bad key")
+			case now.After(l.NotAfter):
+				b.WriteString(", expired")
+			case l.due(now):
+				b.WriteString(", due")
+			}
+			if p := m.pods[n]; p != nil && p.files != nil && p.files.Serial != l.Serial {
+				b.WriteString(", files older")
+			}
+			b.WriteString(")")
+		}
 	}
 	return b.String()
 }
