@@ -353,12 +353,15 @@ func (d *decision) operate() step {
 		(*decision).removeLeftovers,
 		(*decision).createClientService,
 		(*decision).enableAuth,
+		// Before the rules that may wait for a person (a refused version,
+		// a member that cannot start): a rotation asked for may be urgent
+		// (a leaked password), and its steps cost no quorum.
+		(*decision).rotateCredentials,
 		(*decision).learners,
 		(*decision).replaceLostMembers,
 		(*decision).resize,
 		(*decision).upgrade,
 		(*decision).expandVolumes,
-		(*decision).rotateCredentials,
 	} {
 		if s, ok := r(d); ok {
 			return s

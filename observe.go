@@ -179,7 +179,7 @@ func (c *controller) observe(ctx context.Context, ec *EtcdCluster, in input) (ob
 	slices.SortFunc(obs.Claims, func(a, b claimView) int { return cmp.Compare(a.Name, b.Name) })
 	now := time.Now()
 	obs.Now = now
-	tlsOn := in.Spec.TLS != nil
+	tlsOn := in.Spec.TLS != nil || in.Prev.TLS != nil
 	for _, p := range pods {
 		obs.Pods = append(obs.Pods, p.view(now))
 		tlsOn = tlsOn || p.TLS

@@ -946,7 +946,7 @@ func (m *model) acceptable(v string) bool {
 func (m *model) observe(known string) observed {
 	obs := observed{Now: simTime(m.now)}
 	var running []*simPod
-	tlsOn := m.spec.TLS != nil
+	tlsOn := m.spec.TLS != nil || m.status.TLS != nil // in.Prev, as observe.go reads it
 	for _, n := range m.podNames() {
 		p := m.pods[n]
 		obs.Pods = append(obs.Pods, p.view())

@@ -398,7 +398,8 @@ func tlsOf(secrets []secret, base string, now time.Time) *tlsView {
 // tls is the TLS the members run. spec.tls decides for a cluster with no
 // member yet; the members' peer URLs and Pods for one that runs, since a
 // switch between http and https on a running cluster is not done yet
-// (tlsSwitch).
+// (noteTLSSwitch); the last status for one of which nothing is seen now
+// (its only Pod deleted, its data on a volume).
 func (d *decision) tls() *tlsSpec {
 	seen, on := false, false
 	for _, m := range d.obs.Etcd.Listed {
@@ -409,8 +410,12 @@ func (d *decision) tls() *tlsSpec {
 			seen, on = true, on || p.TLS
 		}
 	}
+	if !seen {
+		// As the last status says it ran, or without one as asked.
+		on = d.in.Prev.TLS != nil || d.in.Prev.ClusterID == "" && d.in.Spec.TLS != nil
+	}
 	switch {
-	case !seen || on == (d.in.Spec.TLS != nil):
+	case on == (d.in.Spec.TLS != nil):
 		return d.in.Spec.TLS
 	case on:
 		return &tlsSpec{CertificateLifetime: defaultCertLifetime, CALifetime: defaultCALifetime}
@@ -482,8 +487,14 @@ func (d *decision) certificates() (step, bool) {
 	}
 	if v.CA == nil {
 		msg := cmp.Or(v.CAProblem, "Secret "+caSecret(d.in.Base)+" is gone") + ": the operator cannot issue or renew the members' certificates, and a new CA would not be trusted by the running members. Put the CA back"
+		if d.obs.Etcd.Members == nil || !d.quorumOK() {
+			s := d.unavailable() // the quorum's loss first, as needQuorum says it
+			d.st.Message += "; and " + msg
+			d.setProgressing(true, reasonBadSecret, msg)
+			return step{Again: max(s.Again, pollAgain)}, true
+		}
 		d.setDegraded(true, reasonBadSecret, msg)
-		return d.wait(cmp.Or(d.in.Prev.Phase, phaseDegraded), reasonBadSecret, msg), true
+		return d.wait(phaseDegraded, reasonBadSecret, msg), true
 	}
 	plan := d.plan(d.image())
 	// progress reports the step; without a quorum the status says that

@@ -224,7 +224,11 @@ func TestTLSRenewal(t *testing.T) {
 	ns := nodeNamespace(t, "renewal")
 	startOperator(t, ns, "")
 	applyCluster(t, Cluster{Namespace: ns, Name: "short", Size: 3, TLS: map[string]any{"certificateLifetime": "2m"}})
-	waitPhaseIn(t, ns, "short", "Running", 2*time.Minute)
+	d := &day2{t: t, ns: ns, name: "short"}
+	// Running comes a pass or so before auth is on (auth.go).
+	d.wait("3 members on TLS, auth enabled", 2*time.Minute, func(st e2eStatus) bool {
+		return st.Phase == "Running" && st.Ready == "3/3" && st.TLS.Auth == "enabled"
+	})
 	creds := secretData(t, ns, "short-root")
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(creds["ca.crt"])
