@@ -337,6 +337,11 @@ func TestDecideTLS(t *testing.T) {
 	withCA.obs.TLS.HasRoot = false
 	plain := in(3, "v3.6.16")
 	grown := tlsIn(4)
+	// spec.tls removed from a cluster on volumes whose Pods are all gone:
+	// nothing seen says how it runs but its last status.
+	untold := in(3, "v3.6.16")
+	untold.Spec.Storage = storageSpec{Size: defaultStorageSize}
+	untold.Prev.TLS = &tlsStatus{Auth: "enabled"}
 	rotate := tlsIn(3)
 	rotate.Spec.TLS.CredentialsRotation = "2026-12-07"
 	next := rotationUser("2026-12-07")
@@ -373,6 +378,15 @@ func TestDecideTLS(t *testing.T) {
 		{name: "settled: back when the first certificate is due", in: tlsIn(3), reason: reasonIdle, again: time.Hour},
 		{name: "spec.tls removed: the members stay on TLS", in: plain, reason: reasonTLSSwitchUnsupported, again: time.Hour},
 		{name: "a new member joins on https", in: grown, action: actAddMember, member: "example-3"},
+		{name: "nothing seen, spec.tls removed: its Pod made again on TLS, as the status says it ran", in: untold, obs: func(w *world) {
+			withClaims("8Gi")(w)
+			w.noPod("example-0", "example-1", "example-2").noQuorum()
+			w.obs.Etcd.Listed = nil
+		}, action: actRestartMember, member: "example-0", creates: []string{"pods/example-0"}},
+		{name: "without its CA or a quorum: the quorum's loss first", in: tlsIn(3), obs: func(w *world) {
+			w.obs.TLS.CA = nil
+			w.down("example-1", "example-2")
+		}, phase: phaseUnavailable, reason: reasonBadSecret},
 		// A credentials rotation (credentials.go), step by step.
 		{name: "rotation asked: the next user and password into the Secret", in: rotate, action: actPrepareCredentials, reason: reasonRotatingCredentials},
 		{name: "rotation prepared: the user added", in: rotate, obs: func(w *world) { w.obs.TLS.Creds.NextUser = next }, action: actAddUser, reason: reasonRotatingCredentials},

@@ -347,7 +347,8 @@ func TestTLSDayTwo(t *testing.T) {
 	}
 
 	t.Run("backup under auth", func(t *testing.T) {
-		s := startS3(t, "versitygw-"+ns)
+		// On the node's bridge: the restored member fetches the backup too.
+		s := startS3On(t, "versitygw-"+ns, NodeIP)
 		d.secret("s3", map[string]string{"accessKeyID": s.AccessKey, "secretAccessKey": s.SecretKey})
 		d.setBackup(map[string]any{"s3": map[string]any{"endpoint": s.URL, "bucket": "backups", "prefix": "e2e", "credentialsSecret": "s3"}, "now": "tls"})
 		b := d.waitBackup("tls")
