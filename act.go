@@ -139,6 +139,10 @@ var patched = map[string]string{
 	// Secret BASE-root (credentials.go):
 	actSwitchCredentials: "root credentials switched to the new user",
 	actRetireUser:        "previous root user forgotten",
+	// Secret BASE-ca (carotation.go):
+	actSwitchCA: "the new CA issues the members' certificates from now on",
+	actRetireCA: "the previous CA retired",
+	actTrustCA:  "the CAs to trust written into the root credentials' Secret",
 }
 
 // patchFailed names each PATCH in its error.
@@ -148,6 +152,9 @@ var patchFailed = map[string]string{
 	actExpandVolume:      "grow volume claim",
 	actSwitchCredentials: "switch the root credentials in their Secret",
 	actRetireUser:        "forget the previous root user in the credentials' Secret",
+	actSwitchCA:          "switch to the new CA in its Secret",
+	actRetireCA:          "retire the previous CA in its Secret",
+	actTrustCA:           "write the CAs to trust into the root credentials' Secret",
 }
 
 // membershipChange says what each etcd request did, or failed to do.
@@ -176,8 +183,12 @@ func (c *controller) renewSecret(ctx context.Context, log *slog.Logger, s step) 
 	if _, err := c.client.Do(ctx, http.MethodPatch, p, mustJSON(map[string]any{"data": data}), "application/merge-patch+json"); err != nil {
 		return stepDone, fmt.Errorf("write new keys into secret %s: %w", s.Renew.Name, err)
 	}
-	if s.Renew.Kind == secretNextRoot {
+	switch s.Renew.Kind {
+	case secretNextRoot:
 		log.Info("new root credentials prepared", "secret", s.Renew.Name, "user", s.Renew.User)
+		return stepDone, nil
+	case secretNextCA:
+		log.Info("new CA prepared", "secret", s.Renew.Name)
 		return stepDone, nil
 	}
 	log.Info("certificate renewed", "secret", s.Renew.Name)

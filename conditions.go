@@ -30,6 +30,7 @@ const (
 	phaseReplacing   = "Replacing"   // replacing a member whose Pod is gone
 	phaseUpgrading   = "Upgrading"   // rolling to spec.version
 	phaseExpanding   = "Expanding"   // growing the members' volumes to spec.storage.size
+	phaseRotating    = "Rotating"    // restarting members one at a time for a new CA
 	phaseDegraded    = "Degraded"    // available, but a member is missing or unready
 	phaseUnavailable = "Unavailable" // quorum lost, or every member gone
 	phaseFailed      = "Failed"      // someone has to act: the message says what
@@ -86,6 +87,8 @@ const (
 	reasonTLSSwitchUnsupported  = "TLSSwitchUnsupported"
 	reasonEnablingAuth          = "EnablingAuth"
 	reasonRotatingCredentials   = "RotatingCredentials"
+	reasonRotatingCA            = "RotatingCA"
+	reasonRotationNeedsMembers  = "RotationNeedsMembers"
 
 	// Events only.
 	reasonClusterCreated     = "ClusterCreated"
@@ -100,6 +103,9 @@ const (
 	reasonAuthEnabled        = "AuthEnabled"
 	reasonCredentialsRotated = "CredentialsRotated"
 	reasonCredentialsRetired = "CredentialsRetired"
+	reasonCARotationStarted  = "CARotationStarted"
+	reasonCASwitched         = "CASwitched"
+	reasonCARetired          = "CARetired"
 )
 
 // steady: nothing to do: Running, or Degraded while the kubelet restarts a

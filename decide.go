@@ -77,6 +77,9 @@ type podView struct {
 	// DataLost is what etcd said as it last exited, when that shows its
 	// data is lost or damaged (observe.go's dataLostSigns).
 	DataLost string
+	// Trust is the ca.Fingerprint of the CAs etcd trusts, from the
+	// Pod's annotation (carotation.go).
+	Trust string
 }
 
 // memberView is one etcd member as the leader's member list shows it,
@@ -139,10 +142,11 @@ type input struct {
 	Invalid              string // why the spec cannot be read, if it cannot
 	Prev                 clusterStatus
 	Gen                  int64
-	Repo                 string // image repository: the tag is spec.version
-	OperatorImage        string // this operator's image, for a restored member's init containers
-	Base                 string // baseName of the EtcdCluster: the prefix of its objects
-	Deleting             bool   // metadata.deletionTimestamp is set
+	Repo                 string        // image repository: the tag is spec.version
+	OperatorImage        string        // this operator's image, for a restored member's init containers
+	SecretSync           time.Duration // -secret-sync (carotation.go); 0 for its default
+	Base                 string        // baseName of the EtcdCluster: the prefix of its objects
+	Deleting             bool          // metadata.deletionTimestamp is set
 	// FormedID is the cluster ID recorded in the EtcdCluster's metadata
 	// once the cluster formed (annotationClusterID): unlike the status, a
 	// status write cannot lose it.
@@ -191,6 +195,12 @@ const (
 	actGrantUser          = "GrantUser"
 	actSwitchCredentials  = "SwitchCredentials"
 	actRetireUser         = "RetireUser"
+
+	actPrepareCA    = "PrepareCA" // a CA rotation's new CA into BASE-ca (carotation.go)
+	actTrustCA      = "TrustCA"   // the CAs to trust into BASE-root
+	actRestartForCA = "RestartForCA"
+	actSwitchCA     = "SwitchCA"
+	actRetireCA     = "RetireCA"
 )
 
 // annotationClusterID holds, on the EtcdCluster, the ID of the etcd cluster
@@ -269,7 +279,7 @@ func decide(in input, obs observed) (clusterStatus, step) {
 	d.finish()
 	if s.Action == actNone {
 		s.News = append(s.News, d.cannotProceed()...)
-		for _, next := range []time.Duration{d.renewIn(), d.credentialsDue()} {
+		for _, next := range []time.Duration{d.renewIn(), d.credentialsDue(), d.caDue()} {
 			if next > 0 && (s.Again == 0 || next < s.Again) {
 				s.Again = next
 			}
@@ -292,6 +302,9 @@ type decision struct {
 	// versionBehind: every member runs a newer minor version than etcd's
 	// cluster version, which etcd raises by itself within seconds.
 	versionBehind bool
+	// caWaits: a CA rotation needs a restart that would cost quorum
+	// (restartForCA).
+	caWaits string
 
 	available, progressing, degraded    bool
 	availReason, progReason, degrReason string
@@ -360,6 +373,7 @@ func (d *decision) operate() step {
 		(*decision).learners,
 		(*decision).replaceLostMembers,
 		(*decision).resize,
+		(*decision).rotateCA,
 		(*decision).upgrade,
 		(*decision).expandVolumes,
 	} {
@@ -369,6 +383,7 @@ func (d *decision) operate() step {
 	}
 	s := d.steady()
 	d.noteTLSSwitch()
+	d.noteCAWaits()
 	return s
 }
 
@@ -1007,6 +1022,9 @@ func (d *decision) plan(image string) clusterPlan {
 	p.Storage = d.in.Spec.Storage
 	p.Restore, p.OperatorImage = d.in.Spec.Restore, d.in.OperatorImage
 	p.TLS = d.tls()
+	if p.TLS != nil {
+		p.Trust = d.tlsView().bundle()
+	}
 	return p
 }
 

@@ -34,7 +34,10 @@ type controller struct {
 	image  string
 	// operatorImage is this operator's image: restored members run it.
 	operatorImage string
-	events        *recorder
+	// secretSync bounds the kubelet's delay in updating a Secret's files
+	// (carotation.go); 0 for defaultSecretSync.
+	secretSync time.Duration
+	events     *recorder
 	// readiness is, by cluster key, what its status says of its member Pods
 	// (" +ready -unready").
 	readiness map[string]string

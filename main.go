@@ -39,6 +39,7 @@ import (
 type config struct {
 	master, namespace, image, logLevel string
 	operatorImage                      string
+	secretSync                         time.Duration
 	workers, burst, pageSize           int
 	qps                                float64
 	requestTimeout, watchStall         time.Duration
@@ -53,6 +54,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.namespace, "namespace", "default", "namespace to watch; empty for all namespaces. Not set and inside a Pod: the Pod's namespace")
 	fs.StringVar(&cfg.image, "image", "gcr.io/etcd-development/etcd", "etcd image repository; the tag is the EtcdCluster's spec.version")
 	fs.StringVar(&cfg.operatorImage, "operator-image", "etcd-operator:dev", "this operator's image (the Dockerfile's): a cluster restored from a backup runs it in init containers that fetch the backup")
+	fs.DurationVar(&cfg.secretSync, "secret-sync", defaultSecretSync, "how long the kubelet may take to write a changed Secret into the Pods that mount it (its syncFrequency and cache delay): a CA rotation trusts the previous CA this long after the switch")
 	fs.IntVar(&cfg.workers, "workers", 16, "clusters handled at once")
 	fs.Float64Var(&cfg.qps, "qps", 500, "average requests per second to the API server, at most (0: no limit)")
 	fs.IntVar(&cfg.burst, "burst", 100, "requests allowed at once above -qps")
@@ -79,6 +81,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("-workers must be at least 1, not %d", cfg.workers)
 	case cfg.pageSize < 1:
 		return cfg, fmt.Errorf("-page-size must be at least 1, not %d", cfg.pageSize)
+	case cfg.secretSync < 0:
+		return cfg, fmt.Errorf("-secret-sync must not be negative, not %s", cfg.secretSync)
 	case cfg.requestTimeout <= 0 || cfg.watchStall < 2*time.Second:
 		return cfg, errors.New("-request-timeout must be positive and -watch-stall at least 2s")
 	}
@@ -143,7 +147,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	vw := &watcher[ownedEvent]{client: c, path: corePath(namespace, "persistentvolumeclaims"), selector: labelCluster, decode: decodeClaimEvent,
 		stall: cfg.watchStall, pageSize: cfg.pageSize, log: log, marks: true}
 	rec := newRecorder(c, log)
-	ctl := &controller{client: c, log: log, image: cfg.image, operatorImage: cfg.operatorImage, events: rec, cache: newCache()}
+	ctl := &controller{client: c, log: log, image: cfg.image, operatorImage: cfg.operatorImage, secretSync: cfg.secretSync, events: rec, cache: newCache()}
 	q := newQueue()
 
 	var wg sync.WaitGroup

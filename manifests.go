@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/etcd-operator/etcd-operator/internal/ca"
 	"github.com/google/uuid"
 )
 
@@ -195,7 +196,10 @@ type clusterPlan struct {
 	Restore *restoreSpec
 	// TLS: members on TLS with certificates from Secrets (tls.go); nil
 	// for plain http.
-	TLS           *tlsSpec
+	TLS *tlsSpec
+	// Trust is the ca.crt the members' Secrets are to hold: the CA, or
+	// two of them while the CA rotates (carotation.go).
+	Trust         []byte
 	OperatorImage string
 	owner         ownerReference
 	namespace     string
@@ -391,10 +395,14 @@ func (p clusterPlan) pod(member, initialCluster, state string) []byte {
 	if p.Restore != nil && state == "new" {
 		spec["initContainers"] = p.restoreContainers(member, initialCluster)
 	}
+	meta := p.meta(member, member)
+	if p.TLS != nil && len(p.Trust) > 0 {
+		meta["annotations"] = map[string]string{annotationTrust: ca.Fingerprint(p.Trust)}
+	}
 	return mustJSON(map[string]any{
 		"apiVersion": "v1",
 		"kind":       "Pod",
-		"metadata":   p.meta(member, member),
+		"metadata":   meta,
 		"spec":       spec,
 	})
 }

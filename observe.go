@@ -45,6 +45,7 @@ const overdue = time.Minute
 func (p *pod) cached() *cachedPod {
 	v := &cachedPod{podView: podView{Name: p.Metadata.Name, Phase: p.Status.Phase, Ready: p.ready(), Deleting: p.Metadata.DeletionTimestamp != ""}, HasIP: p.Status.PodIP != ""}
 	_, v.OwnerUID = p.owner()
+	v.Trust = p.Metadata.Annotations[annotationTrust]
 	// deletionTimestamp is when the grace period ends.
 	if end, err := time.Parse(time.RFC3339, p.Metadata.DeletionTimestamp); err == nil {
 		v.DeletionEnd = end

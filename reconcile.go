@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -75,7 +76,7 @@ func (c *controller) handle(ctx context.Context, it item) (*EtcdCluster, time.Du
 func (c *controller) reconcile(ctx context.Context, ec *EtcdCluster) (time.Duration, error) {
 	log := c.log.With("cluster", ec.key())
 	in := newInput(ec, c.image)
-	in.OperatorImage = c.operatorImage
+	in.OperatorImage, in.SecretSync = c.operatorImage, c.secretSync
 	var restore *restoreCheck
 	if in.needsRestoreCheck() {
 		restore = c.checkBackup(ctx, ec.Metadata.Namespace, in.Spec.Restore)
@@ -157,7 +158,7 @@ func (c *controller) report(ctx context.Context, ec *EtcdCluster, prev, st clust
 	st.stampTransitions(time.Now())
 	var err error
 	if !jsonEqual(prev, st) {
-		err = c.patchStatus(ctx, ec, st)
+		err = c.patchStatus(ctx, ec, statusPatch(prev, st))
 	}
 	if failure != nil {
 		return failure
@@ -166,3 +167,31 @@ func (c *controller) report(ctx context.Context, ec *EtcdCluster, prev, st clust
 }
 
 func jsonEqual(a, b any) bool { return string(mustJSON(a)) == string(mustJSON(b)) }
+
+// statusPatch is the merge patch from prev to st. A merge patch keeps
+// every field it does not name, so a field of prev that st leaves out
+// (empty, with omitempty) is named as null, which removes it.
+func statusPatch(prev, st clusterStatus) map[string]any {
+	var p, s map[string]any
+	_ = json.Unmarshal(mustJSON(prev), &p)
+	_ = json.Unmarshal(mustJSON(st), &s)
+	nullsFor(p, s)
+	return s
+}
+
+// nullsFor sets to null in next each key of prev it lacks, in nested
+// objects too; lists are replaced whole by a merge patch.
+func nullsFor(prev, next map[string]any) {
+	for k, pv := range prev {
+		nv, ok := next[k]
+		if !ok {
+			next[k] = nil
+			continue
+		}
+		pm, pok := pv.(map[string]any)
+		nm, nok := nv.(map[string]any)
+		if pok && nok {
+			nullsFor(pm, nm)
+		}
+	}
+}

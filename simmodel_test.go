@@ -1046,6 +1046,7 @@ func (m *model) tlsView() *tlsView {
 			data[k] = []byte(x)
 		}
 		v.HasRoot, v.Root, v.Creds = true, m.root["password"], credentialsOf(data, simTime(m.now))
+		v.RootTrust = ca.Fingerprint(data["ca.crt"])
 	}
 	if v.CA == nil {
 		return v
@@ -1366,6 +1367,9 @@ func (m *model) createSecret(o object) error {
 			return nil
 		}
 		m.root = map[string]string{"username": cmp.Or(sm.User, rootUser), "password": cmp.Or(sm.Password, m.password())}
+		if sm.CA != nil {
+			m.root["ca.crt"] = string(sm.trust())
+		}
 		if sm.Rotation != "" {
 			m.root[keyRotation] = sm.Rotation
 		}
@@ -1461,7 +1465,7 @@ func (m *model) act(in input, obs observed, s step) (time.Duration, error) {
 			return 0, err
 		}
 		return 0, m.patchRoot(s)
-	case actSwitchCredentials:
+	case actSwitchCredentials, actTrustCA:
 		return 0, m.patchRoot(s)
 	case actMarkFormed:
 		if err := m.request("recording the cluster ID"); err != nil {

@@ -70,6 +70,9 @@ type tlsSpec struct {
 	// (credentials.go).
 	CredentialsRotation string
 	CredentialsOverlap  time.Duration
+	// CARotation, changed to any new value, asks for a new CA now
+	// (carotation.go); it also rotates by itself at two thirds of its life.
+	CARotation string
 }
 
 // parseTLS reads spec.tls: absent or null is plain http, an object (even
@@ -83,6 +86,7 @@ func parseTLS(raw json.RawMessage, version string) (*tlsSpec, error) {
 		CALifetime          *string `json:"caLifetime"`
 		CredentialsRotation string  `json:"credentialsRotation"`
 		CredentialsOverlap  *string `json:"credentialsOverlap"`
+		CARotation          string  `json:"caRotation"`
 	}
 	if err := json.Unmarshal(raw, &s); err != nil {
 		if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) && te.Field != "" {
@@ -90,7 +94,7 @@ func parseTLS(raw json.RawMessage, version string) (*tlsSpec, error) {
 		}
 		return nil, fmt.Errorf("spec.tls must be an object such as {certificateLifetime: 2160h}, not %s", excerpt(raw))
 	}
-	t := &tlsSpec{CertificateLifetime: defaultCertLifetime, CALifetime: defaultCALifetime, CredentialsRotation: s.CredentialsRotation, CredentialsOverlap: defaultCredentialsOverlap}
+	t := &tlsSpec{CertificateLifetime: defaultCertLifetime, CALifetime: defaultCALifetime, CredentialsRotation: s.CredentialsRotation, CredentialsOverlap: defaultCredentialsOverlap, CARotation: s.CARotation}
 	for _, f := range []struct {
 		name string
 		raw  *string
@@ -186,6 +190,7 @@ const (
 	secretRoot     = "root"
 	secretLeaf     = "leaf"
 	secretNextRoot = "next-root" // a rotation's next user and password, into BASE-root (credentials.go)
+	secretNextCA   = "next-ca"   // a CA rotation's next CA, into BASE-ca (carotation.go)
 )
 
 // secretToMake is a Secret whose keys act makes as it sends it (tlsact.go):
@@ -194,9 +199,11 @@ type secretToMake struct {
 	Kind string
 	Name string
 	Meta map[string]any
-	// CA issues a leaf, and is the ca.crt of a leaf and of the root
-	// Secret.
+	// CA issues a leaf. Trust is the ca.crt of a leaf and of the root
+	// Secret: the CA, and during a CA rotation the other one too
+	// (carotation.go).
 	CA       *ca.CA
+	Trust    []byte
 	Leaf     ca.Leaf
 	Lifetime time.Duration // of a new CA
 	// JWT are the token keys a leaf's Secret carries, from BASE-ca.
@@ -209,14 +216,14 @@ type secretToMake struct {
 }
 
 func (p clusterPlan) caToMake() *secretToMake {
-	return &secretToMake{Kind: secretCA, Name: caSecret(p.Base), Meta: p.meta(caSecret(p.Base), ""), Lifetime: p.TLS.CALifetime}
+	return &secretToMake{Kind: secretCA, Name: caSecret(p.Base), Meta: p.meta(caSecret(p.Base), ""), Lifetime: p.TLS.CALifetime, Rotation: p.TLS.CARotation}
 }
 
 // rootToMake is Secret BASE-root, with restored's credentials if the
 // cluster is restored from a backup that has users.
 func (p clusterPlan) rootToMake(issuer *ca.CA, restored *restoredCredentials) *secretToMake {
 	// The first password answers the rotation asked for at the start.
-	s := &secretToMake{Kind: secretRoot, Name: rootSecret(p.Base), Meta: p.meta(rootSecret(p.Base), ""), CA: issuer, Rotation: p.TLS.CredentialsRotation}
+	s := &secretToMake{Kind: secretRoot, Name: rootSecret(p.Base), Meta: p.meta(rootSecret(p.Base), ""), CA: issuer, Trust: p.Trust, Rotation: p.TLS.CredentialsRotation}
 	if restored != nil {
 		s.User, s.Password = restored.User, restored.Password
 	}
@@ -224,7 +231,7 @@ func (p clusterPlan) rootToMake(issuer *ca.CA, restored *restoredCredentials) *s
 }
 
 func (p clusterPlan) leafToMake(issuer *ca.CA, jwt map[string][]byte, member string) *secretToMake {
-	return &secretToMake{Kind: secretLeaf, Name: memberSecret(member), Meta: p.meta(memberSecret(member), member), CA: issuer, JWT: jwt,
+	return &secretToMake{Kind: secretLeaf, Name: memberSecret(member), Meta: p.meta(memberSecret(member), member), CA: issuer, Trust: p.Trust, JWT: jwt,
 		Leaf: ca.Leaf{CommonName: member, DNSNames: p.memberNames(member), IPs: []net.IP{net.IPv4(127, 0, 0, 1)},
 			Server: true, Client: true, Lifetime: p.TLS.CertificateLifetime}}
 }
@@ -241,7 +248,19 @@ func (s *secretToMake) data(now time.Time) (typ string, data map[string][]byte, 
 		if err != nil {
 			return "", nil, err
 		}
-		return "kubernetes.io/tls", map[string][]byte{"tls.crt": c.CertPEM(), "tls.key": c.KeyPEM(), "jwt.key": jwt["jwt.key"], "jwt.pub": jwt["jwt.pub"]}, nil
+		data := map[string][]byte{"tls.crt": c.CertPEM(), "tls.key": c.KeyPEM(), "jwt.key": jwt["jwt.key"], "jwt.pub": jwt["jwt.pub"]}
+		if s.Rotation != "" {
+			data[keyRotation] = []byte(s.Rotation)
+		}
+		return "kubernetes.io/tls", data, nil
+	case secretNextCA:
+		// Named by the time it is made: the old and the new CA differ in
+		// name, in the bundle and in a person's openssl output.
+		c, err := ca.New(strings.TrimSuffix(s.Name, "-ca")+" etcd CA "+now.UTC().Format("2006-01-02T15:04:05Z"), s.Lifetime, now)
+		if err != nil {
+			return "", nil, err
+		}
+		return "kubernetes.io/tls", map[string][]byte{keyNextCACert: c.CertPEM(), keyNextCAKey: c.KeyPEM(), keyRotation: []byte(s.Rotation)}, nil
 	case secretRoot:
 		user, pw := cmp.Or(s.User, rootUser), s.Password
 		if pw == "" {
@@ -250,7 +269,7 @@ func (s *secretToMake) data(now time.Time) (typ string, data map[string][]byte, 
 				return "", nil, err
 			}
 		}
-		data := map[string][]byte{"username": []byte(user), "password": []byte(pw), "ca.crt": s.CA.CertPEM()}
+		data := map[string][]byte{"username": []byte(user), "password": []byte(pw), "ca.crt": s.trust()}
 		if s.Rotation != "" {
 			data[keyRotation] = []byte(s.Rotation)
 		}
@@ -266,9 +285,17 @@ func (s *secretToMake) data(now time.Time) (typ string, data map[string][]byte, 
 		if err != nil {
 			return "", nil, err
 		}
-		return "kubernetes.io/tls", map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": s.CA.CertPEM(), "jwt.key": s.JWT["jwt.key"], "jwt.pub": s.JWT["jwt.pub"]}, nil
+		return "kubernetes.io/tls", map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": s.trust(), "jwt.key": s.JWT["jwt.key"], "jwt.pub": s.JWT["jwt.pub"]}, nil
 	}
 	return "", nil, fmt.Errorf("secret %s: unknown kind %q", s.Name, s.Kind)
+}
+
+// trust is the ca.crt a leaf or the root Secret gets.
+func (s *secretToMake) trust() []byte {
+	if len(s.Trust) > 0 {
+		return s.Trust
+	}
+	return s.CA.CertPEM()
 }
 
 // newPassword is 24 random bytes, in base64.
@@ -313,6 +340,16 @@ func (s *secretToMake) body(now time.Time) ([]byte, error) {
 // tlsView is what a pass saw of a cluster's Secrets (observeTLS).
 type tlsView struct {
 	CA *ca.CA // nil if BASE-ca is missing or unreadable
+	// Next is a CA rotation's new CA, trusted but not issuing yet;
+	// Previous the certificate of the CA it replaced, trusted until no
+	// leaf it signed is left; CARotation the spec.tls.caRotation BASE-ca
+	// answers (carotation.go).
+	Next       *ca.CA
+	Previous   []byte
+	CARotation string
+	SwitchedAt time.Time // when Next became the CA
+	// RootTrust is the ca.Fingerprint of BASE-root's ca.crt.
+	RootTrust string
 	// CAProblem says why BASE-ca cannot be used, if it exists.
 	CAProblem string
 	// JWT are BASE-ca's token keys (jwt.key, jwt.pub).
@@ -328,6 +365,19 @@ type tlsView struct {
 	Leaves   map[string]leafView // by member name
 }
 
+// bundle is the CAs every member and client is to trust: the CA, and
+// the next or the previous one while the CA rotates.
+func (v *tlsView) bundle() []byte {
+	if v.CA == nil {
+		return nil
+	}
+	var next []byte
+	if v.Next != nil {
+		next = v.Next.CertPEM()
+	}
+	return ca.Bundle(v.CA.CertPEM(), next, v.Previous)
+}
+
 // restoredCredentials are a user and password a restored backup's etcd
 // takes, or why the Secret that should hold them cannot be used.
 type restoredCredentials struct {
@@ -337,11 +387,14 @@ type restoredCredentials struct {
 // leafView is a member's certificate as its Secret holds it.
 type leafView struct {
 	NotAfter time.Time
-	// Renew: due at two thirds of its life, or not usable (Problem);
-	// else RenewIn is how long until it is due.
-	Renew   bool
-	RenewIn time.Duration
-	Problem string
+	// Renew: due at two thirds of its life, not usable (Problem), or
+	// due for a CA rotation (Why); else RenewIn is how long until it is
+	// due.
+	Renew        bool
+	RenewIn      time.Duration
+	Problem, Why string
+	// Trust is the ca.Fingerprint of its ca.crt.
+	Trust string
 }
 
 // secret is the part of a Secret the operator reads.
@@ -370,29 +423,75 @@ func tlsOf(secrets []secret, base string, now time.Time) *tlsView {
 	}
 	if s, ok := byName[rootSecret(base)]; ok {
 		v.HasRoot, v.Root, v.Creds = true, string(s.Data["password"]), credentialsOf(s.Data, now)
+		v.RootTrust = ca.Fingerprint(s.Data["ca.crt"])
+	}
+	if v.CA != nil {
+		v.readRotation(byName[caSecret(base)].Data)
 	}
 	for name, s := range byName {
-		member, ok := strings.CutSuffix(name, "-tls")
-		if !ok || v.CA == nil {
-			continue
+		if member, ok := strings.CutSuffix(name, "-tls"); ok && v.CA != nil {
+			v.Leaves[member] = v.leafOf(member, s.Data, now)
 		}
-		info, err := ca.Check(s.Data["tls.crt"], s.Data["tls.key"], v.CA.CertPEM(), now)
-		at := ca.RenewAt(info.NotBefore, info.NotAfter)
-		l := leafView{NotAfter: info.NotAfter, Renew: !now.Before(at), RenewIn: at.Sub(now)}
-		switch {
-		case err != nil:
-			l.Problem = err.Error()
-		case !info.Covers(member):
-			l.Problem = "the certificate does not name " + member
-		case !slices.Equal(s.Data["ca.crt"], v.CA.CertPEM()):
-			l.Problem = "its ca.crt is not the cluster's CA"
-		case !slices.Equal(s.Data["jwt.pub"], v.JWT["jwt.pub"]) || !slices.Equal(s.Data["jwt.key"], v.JWT["jwt.key"]):
-			l.Problem = "its token keys are not the cluster's"
-		}
-		l.Renew = l.Renew || l.Problem != ""
-		v.Leaves[member] = l
 	}
 	return v
+}
+
+// readRotation reads a CA rotation's keys of BASE-ca. One that cannot be
+// read counts as absent: the rotation makes a new next CA, or renews the
+// leaves of the previous one at once.
+func (v *tlsView) readRotation(data map[string][]byte) {
+	v.CARotation = string(data[keyRotation])
+	if len(data[keyNextCACert]) > 0 {
+		v.Next, _ = ca.Parse(data[keyNextCACert], data[keyNextCAKey])
+	}
+	if p := data[keyPreviousCA]; len(p) > 0 {
+		v.Previous = p
+	}
+	v.SwitchedAt, _ = time.Parse(time.RFC3339, string(data[keySwitchedAt]))
+}
+
+// whyPreviousCA is a leafView's Why for a certificate to renew because
+// the previous CA signed it.
+const whyPreviousCA = "the CA rotates, and the previous CA issued it"
+
+// trustNote names the CAs of the bundle, for messages.
+func (v *tlsView) trustNote() string {
+	switch {
+	case v.Next != nil:
+		return "both the CA and the new one (valid until " + stamp(v.Next.NotAfter()) + ")"
+	case v.Previous != nil:
+		return "both the CA and the previous one"
+	}
+	return "the CA alone (valid until " + stamp(v.CA.NotAfter()) + ")"
+}
+
+// leafOf checks a member's Secret against the CA.
+func (v *tlsView) leafOf(member string, data map[string][]byte, now time.Time) leafView {
+	info, err := ca.Check(data["tls.crt"], data["tls.key"], v.CA.CertPEM(), now)
+	old := false
+	if errors.Is(err, ca.ErrUnknownAuthority) && v.Previous != nil {
+		if i, perr := ca.Check(data["tls.crt"], data["tls.key"], v.Previous, now); perr == nil {
+			info, err, old = i, nil, true
+		}
+	}
+	at := ca.RenewAt(info.NotBefore, info.NotAfter)
+	l := leafView{NotAfter: info.NotAfter, Renew: !now.Before(at), RenewIn: at.Sub(now), Trust: ca.Fingerprint(data["ca.crt"])}
+	switch {
+	case err != nil:
+		l.Problem = err.Error()
+	case !info.Covers(member):
+		l.Problem = "the certificate does not name " + member
+	case !ca.Holds(data["ca.crt"], v.CA):
+		l.Problem = "its ca.crt is not the cluster's CA"
+	case !slices.Equal(data["jwt.pub"], v.JWT["jwt.pub"]) || !slices.Equal(data["jwt.key"], v.JWT["jwt.key"]):
+		l.Problem = "its token keys are not the cluster's"
+	case old:
+		l.Why = whyPreviousCA
+	case l.Trust != ca.Fingerprint(v.bundle()):
+		l.Why = "the CA rotates, and its ca.crt is to trust " + v.trustNote()
+	}
+	l.Renew = l.Renew || l.Problem != "" || l.Why != ""
+	return l
 }
 
 // tls is the TLS the members run. spec.tls decides for a cluster with no
@@ -515,10 +614,7 @@ func (d *decision) certificates() (step, bool) {
 			s := step{Action: actIssueCertificate, Member: m, Create: []object{{Resource: "secrets", Name: memberSecret(m), Secret: plan.leafToMake(v.CA, v.JWT, m)}}}
 			return progress(msg, s), true
 		case l.Renew:
-			why := "two thirds of its life are over"
-			if l.Problem != "" {
-				why = l.Problem
-			}
+			why := cmp.Or(l.Problem, l.Why, "two thirds of its life are over")
 			msg := fmt.Sprintf("renewing the certificate of member %s (Secret %s, valid until %s): %s", m, memberSecret(m), stamp(l.NotAfter), why)
 			s := step{Action: actRenewCertificate, Member: m, Renew: plan.leafToMake(v.CA, v.JWT, m),
 				News: []notice{{eventNormal, reasonCertificateRenewed, msg}}}
@@ -603,6 +699,7 @@ func (d *decision) reportTLS() {
 	}
 	if v.CA != nil {
 		t.CANotAfter = stamp(v.CA.NotAfter())
+		t.CARotation = d.caRotationStatus()
 	}
 	if v.HasRoot {
 		t.User, t.CredentialsRotation = v.Creds.User, v.Creds.Rotation

@@ -312,7 +312,7 @@ func tlsWorld(t *testing.T, n int) (*world, *ca.CA) {
 		t.Fatal(err)
 	}
 	w := newWorld(n)
-	w.obs.TLS = &tlsView{CA: issuer, HasRoot: true, Root: "pw", Creds: credentialsView{User: rootUser}, Leaves: map[string]leafView{}}
+	w.obs.TLS = &tlsView{CA: issuer, HasRoot: true, Root: "pw", RootTrust: ca.Fingerprint(issuer.CertPEM()), Creds: credentialsView{User: rootUser}, Leaves: map[string]leafView{}}
 	for i := range w.obs.Pods {
 		w.obs.Pods[i].TLS = true
 		w.obs.Etcd.Members[i].PeerHTTPS = true

@@ -64,11 +64,12 @@ type ownerReference struct {
 
 // ownedMeta is the metadata the operator reads of an object it owns.
 type ownedMeta struct {
-	Name              string           `json:"name"`
-	Namespace         string           `json:"namespace"`
-	ResourceVersion   string           `json:"resourceVersion"`
-	DeletionTimestamp string           `json:"deletionTimestamp"`
-	OwnerReferences   []ownerReference `json:"ownerReferences"`
+	Name              string            `json:"name"`
+	Namespace         string            `json:"namespace"`
+	ResourceVersion   string            `json:"resourceVersion"`
+	DeletionTimestamp string            `json:"deletionTimestamp"`
+	OwnerReferences   []ownerReference  `json:"ownerReferences"`
+	Annotations       map[string]string `json:"annotations"`
 }
 
 // pod is the part of a core/v1 Pod the operator reads.
@@ -195,10 +196,13 @@ type tlsStatus struct {
 	CredentialsSecret string `json:"credentialsSecret"`
 	// User is the user the Secret holds; CredentialsRotation the
 	// spec.tls.credentialsRotation its credentials answer (credentials.go).
-	User                string              `json:"user,omitempty"`
-	CredentialsRotation string              `json:"credentialsRotation,omitempty"`
-	CANotAfter          string              `json:"caNotAfter"`
-	Certificates        []certificateStatus `json:"certificates"`
+	User                string `json:"user,omitempty"`
+	CredentialsRotation string `json:"credentialsRotation,omitempty"`
+	CANotAfter          string `json:"caNotAfter"`
+	// CARotation says where a CA rotation is, if one is under way
+	// (carotation.go).
+	CARotation   string              `json:"caRotation,omitempty"`
+	Certificates []certificateStatus `json:"certificates"`
 }
 
 type certificateStatus struct {

@@ -377,6 +377,34 @@ func TestBundle(t *testing.T) {
 	}
 }
 
+// Fingerprint names a set of CAs: the order and repeats in a bundle do not
+// change it, another CA does. Holds finds a CA in a bundle.
+func TestFingerprintAndHolds(t *testing.T) {
+	a, b, c := mustCA(t, "a", time.Hour), mustCA(t, "b", time.Hour), mustCA(t, "c", time.Hour)
+	ab := Fingerprint(Bundle(a.CertPEM(), b.CertPEM()))
+	for _, tc := range []struct {
+		name   string
+		bundle []byte
+		same   bool
+	}{
+		{"the same order", slices.Concat(a.CertPEM(), b.CertPEM()), true},
+		{"the other order", slices.Concat(b.CertPEM(), a.CertPEM()), true},
+		{"a repeat and a key", slices.Concat(b.CertPEM(), a.KeyPEM(), a.CertPEM(), b.CertPEM()), true},
+		{"one CA only", a.CertPEM(), false},
+		{"a third CA", Bundle(a.CertPEM(), b.CertPEM(), c.CertPEM()), false},
+		{"another pair", Bundle(a.CertPEM(), c.CertPEM()), false},
+		{"nothing", nil, false},
+	} {
+		if got := Fingerprint(tc.bundle); (got == ab) != tc.same || len(got) != 32 {
+			t.Errorf("%s: Fingerprint = %s, of a and b %s; want the same: %v", tc.name, got, ab, tc.same)
+		}
+	}
+	bundle := Bundle(a.CertPEM(), b.CertPEM())
+	if !Holds(bundle, a) || !Holds(bundle, b) || Holds(bundle, c) || Holds(nil, a) {
+		t.Errorf("Holds: a %v, b %v, c %v, in nothing %v; want true, true, false, false", Holds(bundle, a), Holds(bundle, b), Holds(bundle, c), Holds(nil, a))
+	}
+}
+
 // rsaCA makes a CA the way someone else might: RSA, its key in PKCS#1.
 func rsaCA(t *testing.T) (certPEM, keyPEM []byte) {
 	t.Helper()

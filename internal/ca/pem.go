@@ -3,9 +3,12 @@ package ca
 import (
 	"bytes"
 	"crypto"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/pem"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -30,6 +33,35 @@ func Bundle(certs ...[]byte) []byte {
 		}
 	}
 	return out
+}
+
+// Fingerprint names the set of certificates in PEM data, whatever their
+// order and however often each appears: two bundles trust the same CAs
+// exactly when their fingerprints are equal. It is the hex of a SHA-256
+// over the sorted certificates' own SHA-256, shortened to 32 characters.
+func Fingerprint(bundlePEM []byte) string {
+	var sums []string
+	for rest := bundlePEM; ; {
+		block, r := pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		rest = r
+		if block.Type == "CERTIFICATE" {
+			sum := sha256.Sum256(block.Bytes)
+			sums = append(sums, string(sum[:]))
+		}
+	}
+	slices.Sort(sums)
+	sums = slices.Compact(sums)
+	all := sha256.Sum256([]byte(strings.Join(sums, "")))
+	return hex.EncodeToString(all[:16])
+}
+
+// Holds says whether the PEM bundle holds the CA's certificate.
+func Holds(bundlePEM []byte, ca *CA) bool {
+	certs, _ := parseCerts(bundlePEM)
+	return slices.ContainsFunc(certs, func(c *x509.Certificate) bool { return c.Equal(ca.cert) })
 }
 
 func encodePEM(blockType string, der []byte) []byte {
