@@ -32,7 +32,6 @@ package main
 import (
 	"cmp"
 	"fmt"
-	"net/url"
 	"time"
 
 	"github.com/etcd-operator/etcd-operator/internal/ca"
@@ -198,15 +197,9 @@ func (d *decision) caDue() time.Duration {
 	return max(ca.RenewAt(v.CA.NotBefore(), v.CA.NotAfter()).Sub(d.obs.Now), time.Second)
 }
 
-// caPatch is a merge patch of Secret BASE-ca's data: null removes a key.
+// caPatch is a merge patch of Secret BASE-ca's data (secretPatch).
 func (d *decision) caPatch(data map[string]any) *patch {
-	for k, v := range data {
-		if s, ok := v.(string); ok {
-			data[k] = []byte(s) // base64, as a Secret's data is
-		}
-	}
-	return &patch{Path: corePath(d.in.Namespace, "secrets") + "/" + url.PathEscape(caSecret(d.in.Base)),
-		Body: mustJSON(map[string]any{"data": data}), ContentType: "application/merge-patch+json"}
+	return d.secretPatch(caSecret(d.in.Base), data)
 }
 
 // caRotationStatus says where a CA rotation is, for status.tls.

@@ -120,15 +120,19 @@ func (d *decision) rotateCredentials() (step, bool) {
 	return d.progress(d.healthPhase(), reasonRotatingCredentials, msg, s), true
 }
 
-// credentialsPatch is a merge patch of Secret BASE-root's data: null
-// removes a key.
+// credentialsPatch is a merge patch of Secret BASE-root's data.
 func (d *decision) credentialsPatch(data map[string]any) *patch {
+	return d.secretPatch(rootSecret(d.in.Base), data)
+}
+
+// secretPatch is a merge patch of a Secret's data: null removes a key.
+func (d *decision) secretPatch(name string, data map[string]any) *patch {
 	for k, v := range data {
 		if s, ok := v.(string); ok {
 			data[k] = []byte(s) // base64, as a Secret's data is
 		}
 	}
-	return &patch{Path: corePath(d.in.Namespace, "secrets") + "/" + url.PathEscape(rootSecret(d.in.Base)),
+	return &patch{Path: corePath(d.in.Namespace, "secrets") + "/" + url.PathEscape(name),
 		Body: mustJSON(map[string]any{"data": data}), ContentType: "application/merge-patch+json"}
 }
 

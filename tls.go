@@ -239,28 +239,9 @@ func (p clusterPlan) leafToMake(issuer *ca.CA, jwt map[string][]byte, member str
 // data makes the Secret's keys at now.
 func (s *secretToMake) data(now time.Time) (typ string, data map[string][]byte, err error) {
 	switch s.Kind {
-	case secretCA:
-		c, err := ca.New(strings.TrimSuffix(s.Name, "-ca")+" etcd CA", s.Lifetime, now)
-		if err != nil {
-			return "", nil, err
-		}
-		jwt, err := jwtKeys()
-		if err != nil {
-			return "", nil, err
-		}
-		data := map[string][]byte{"tls.crt": c.CertPEM(), "tls.key": c.KeyPEM(), "jwt.key": jwt["jwt.key"], "jwt.pub": jwt["jwt.pub"]}
-		if s.Rotation != "" {
-			data[keyRotation] = []byte(s.Rotation)
-		}
-		return "kubernetes.io/tls", data, nil
-	case secretNextCA:
-		// Named by the time it is made: the old and the new CA differ in
-		// name, in the bundle and in a person's openssl output.
-		c, err := ca.New(strings.TrimSuffix(s.Name, "-ca")+" etcd CA "+now.UTC().Format("2006-01-02T15:04:05Z"), s.Lifetime, now)
-		if err != nil {
-			return "", nil, err
-		}
-		return "kubernetes.io/tls", map[string][]byte{keyNextCACert: c.CertPEM(), keyNextCAKey: c.KeyPEM(), keyRotation: []byte(s.Rotation)}, nil
+	case secretCA, secretNextCA:
+		data, err := s.caData(now)
+		return "kubernetes.io/tls", data, err
 	case secretRoot:
 		user, pw := cmp.Or(s.User, rootUser), s.Password
 		if pw == "" {
@@ -288,6 +269,33 @@ func (s *secretToMake) data(now time.Time) (typ string, data map[string][]byte, 
 		return "kubernetes.io/tls", map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": s.trust(), "jwt.key": s.JWT["jwt.key"], "jwt.pub": s.JWT["jwt.pub"]}, nil
 	}
 	return "", nil, fmt.Errorf("secret %s: unknown kind %q", s.Name, s.Kind)
+}
+
+// caData is a new CA's keys: BASE-ca's own, or a CA rotation's next one
+// (carotation.go).
+func (s *secretToMake) caData(now time.Time) (map[string][]byte, error) {
+	name := strings.TrimSuffix(s.Name, "-ca") + " etcd CA"
+	if s.Kind == secretNextCA {
+		// Named by the time it is made: the old and the new CA differ in
+		// name, in the bundle and in a person's openssl output.
+		name += " " + now.UTC().Format("2006-01-02T15:04:05Z")
+	}
+	c, err := ca.New(name, s.Lifetime, now)
+	if err != nil {
+		return nil, err
+	}
+	if s.Kind == secretNextCA {
+		return map[string][]byte{keyNextCACert: c.CertPEM(), keyNextCAKey: c.KeyPEM(), keyRotation: []byte(s.Rotation)}, nil
+	}
+	jwt, err := jwtKeys()
+	if err != nil {
+		return nil, err
+	}
+	data := map[string][]byte{"tls.crt": c.CertPEM(), "tls.key": c.KeyPEM(), "jwt.key": jwt["jwt.key"], "jwt.pub": jwt["jwt.pub"]}
+	if s.Rotation != "" {
+		data[keyRotation] = []byte(s.Rotation)
+	}
+	return data, nil
 }
 
 // trust is the ca.crt a leaf or the root Secret gets.
