@@ -23,10 +23,13 @@
 //  4. SwitchCA: the new CA becomes BASE-ca's tls.crt and tls.key, the old
 //     one moves to previous.crt, and certificates renews every leaf from
 //     the new CA.
-//  5. RetireCA: once no leaf of the old CA is left, and the kubelet has had
-//     time to put the new ones into the Pods (-secret-sync), previous.crt
-//     goes: the leaves' ca.crt and BASE-root's drop it (2), and the members
-//     restart once more (3), so that none trusts the old CA any longer.
+//  5. RetireCA: once no member's leaf of the old CA is left, and the
+//     kubelet has had time to put the new ones into the Pods (-secret-sync
+//     after the last was written, by its Secret's issued-at: a leaf may be
+//     renewed long after the switch, or issued again after its Secret was
+//     lost), previous.crt goes: the leaves' ca.crt and BASE-root's drop it
+//     (2), and the members restart once more (3), so that none trusts the
+//     old CA any longer.
 package main
 
 import (
@@ -83,7 +86,7 @@ func (d *decision) rotateCA() (step, bool) {
 	case v.Previous != nil && d.caSwitchWait() > 0:
 		return step{}, false // decide looks again then (caDue)
 	case v.Previous != nil:
-		msg := "no certificate of the previous CA is left: the members and clients stop trusting it, and the members restart once more to forget it"
+		msg := "no certificate of the previous CA is left, in the Secrets or in the Pods: the members and clients stop trusting it, and the members restart once more to forget it"
 		s := step{Action: actRetireCA, Patch: d.caPatch(map[string]any{keyPreviousCA: nil, keySwitchedAt: nil}),
 			News: []notice{{eventNormal, reasonCARetired, msg}}}
 		return d.progress(d.healthPhase(), reasonRotatingCA, "retiring the previous CA: "+msg, s), true
@@ -126,10 +129,14 @@ func (d *decision) restartForCA(todo []memberView) (step, bool) {
 	switch {
 	case voters < 3:
 		// The rules after this one go on; the status says it at the end.
-		d.caWaits = fmt.Sprintf("%s; but a cluster of %d voting members loses its quorum while one restarts: set spec.size to 3 or more", why, voters)
+		d.caWaits, d.caWaitReason = fmt.Sprintf("%s; but a cluster of %d voting members loses its quorum while one restarts: set spec.size to 3 or more", why, voters), reasonRotationNeedsMembers
 		return step{}, false
 	case healthy < voters || !d.withoutOK(m, false):
-		return d.wait(phaseDegraded, reasonWaitingForHealth, why+"; it waits for every voting member to be healthy"), true
+		// The rotation waits; the rules after this one, and the status's
+		// message at the end, say why a member is down (a version that
+		// cannot run, say) better than it can.
+		d.caWaits, d.caWaitReason = why+"; it waits for every voting member to be healthy", reasonWaitingForHealth
+		return step{}, false
 	}
 	if s, ok := d.leaderAway(m, phaseRotating, "restarting it for the new CA"); ok {
 		return s, true
@@ -145,12 +152,16 @@ func (d *decision) restartForCA(todo []memberView) (step, bool) {
 }
 
 // noteCAWaits: the status of a cluster with nothing else to do says why
-// its CA rotation waits.
+// its CA rotation waits: in its message when nothing else is wrong (the
+// cluster is too small), else in Progressing only.
 func (d *decision) noteCAWaits() {
-	if d.caWaits != "" {
-		d.st.Message = d.caWaits
-		d.setProgressing(false, reasonRotationNeedsMembers, d.caWaits)
+	if d.caWaits == "" {
+		return
 	}
+	if d.caWaitReason == reasonRotationNeedsMembers {
+		d.st.Message = d.caWaits
+	}
+	d.setProgressing(false, d.caWaitReason, d.caWaits)
 }
 
 // podTrust is the fingerprint of the CAs a Pod trusts; a Pod made before
@@ -163,11 +174,13 @@ func (d *decision) podTrust(p *podView) string {
 }
 
 // leavesOfPrevious counts the members' certificates the previous CA
-// signed.
+// signed. The Secret of a member removed stays until the EtcdCluster goes
+// (or the member comes back, and certificates renews it first): it does
+// not count.
 func (d *decision) leavesOfPrevious() int {
 	n := 0
-	for _, l := range d.tlsView().Leaves {
-		if l.Why == whyPreviousCA {
+	for _, m := range d.obs.Etcd.Members {
+		if l, ok := d.tlsView().Leaves[m.member()]; ok && l.Why == whyPreviousCA {
 			n++
 		}
 	}
@@ -175,13 +188,20 @@ func (d *decision) leavesOfPrevious() int {
 }
 
 // caSwitchWait is how long the previous CA is still to be trusted after the
-// switch, for the kubelet to put the new certificates into the Pods.
+// switch, for the kubelet to put the members' new certificates into the
+// Pods: -secret-sync after the last was written.
 func (d *decision) caSwitchWait() time.Duration {
 	v := d.tlsView()
-	if v.Previous == nil || v.SwitchedAt.IsZero() {
+	if v.Previous == nil {
 		return 0
 	}
-	return max(cmp.Or(d.in.SecretSync, defaultSecretSync)-d.obs.Now.Sub(v.SwitchedAt), 0)
+	last := v.SwitchedAt
+	for _, m := range d.obs.Etcd.Members {
+		if l, ok := v.Leaves[m.member()]; ok && l.IssuedAt.After(last) {
+			last = l.IssuedAt
+		}
+	}
+	return max(cmp.Or(d.in.SecretSync, defaultSecretSync)-d.obs.Now.Sub(last), 0)
 }
 
 // caDue is how soon a settled cluster is to look at its CA again: at two

@@ -17,7 +17,9 @@ type caStage struct {
 	// caCert is which CA BASE-ca issues from, "old" or "new"; next and
 	// previous are its next.crt and previous.crt ("" for none).
 	caCert, next, previous string
-	switchedAgo            time.Duration
+	// switchedAgo is when the switch was; issuedAgo when the leaves were
+	// written.
+	switchedAgo, issuedAgo time.Duration
 	rotation               string // BASE-ca's rotation key
 	// leaves: per member, the issuer and the CAs of its ca.crt, such as
 	// "old:old+new"; root the CAs of BASE-root's ca.crt; pods the CAs
@@ -57,12 +59,12 @@ func caWorld(t *testing.T, cas map[string]*ca.CA, st caStage, now time.Time) *wo
 		member := fmt.Sprintf("example-%d", i)
 		issuer, trust, _ := strings.Cut(l, ":")
 		plan.Trust = bundle(trust)
-		_, data, err := plan.leafToMake(cas[issuer], jwt, member).data(now)
+		_, data, err := plan.leafToMake(cas[issuer], jwt, member).data(now.Add(-st.issuedAgo))
 		if err != nil {
 			t.Fatal(err)
 		}
 		secrets = append(secrets, secret{Metadata: ownedMeta{Name: memberSecret(member)}, Data: data})
-		if st.pods[i] != "" {
+		if i < len(st.pods) && st.pods[i] != "" {
 			w.obs.Pods[i].Trust = ca.Fingerprint(bundle(st.pods[i]))
 		}
 	}
@@ -93,7 +95,7 @@ func TestDecideCARotation(t *testing.T) {
 	trusting := stage(func(s *caStage) { s.next, s.leaves, s.root = "new", three("old:old+new"), "old+new" })
 	switching := from(trusting, func(s *caStage) { s.pods = three("old+new") })
 	issuing := from(switching, func(s *caStage) {
-		s.caCert, s.next, s.previous, s.switchedAgo, s.leaves = "new", "", "old", time.Minute, three("new:old+new")
+		s.caCert, s.next, s.previous, s.switchedAgo, s.issuedAgo, s.leaves = "new", "", "old", 10*time.Minute, time.Minute, three("new:old+new")
 	})
 	retired := from(issuing, func(s *caStage) { s.previous, s.leaves, s.root = "", three("new:new"), "new" })
 	const (
@@ -129,8 +131,9 @@ func TestDecideCARotation(t *testing.T) {
 		{name: "next CA: one member cannot restart without downtime", st: from(trusting, func(s *caStage) { s.size, s.leaves, s.pods = 1, s.leaves[:1], s.pods[:1] }), reason: reasonRotationNeedsMembers},
 		{name: "every Pod trusts both: switch", st: switching, action: actSwitchCA, rotation: inTrust, body: []string{keyPreviousCA, `"next.crt":null`, `"next.key":null`, keySwitchedAt}},
 		{name: "switched: leaves of the previous CA renewed", st: from(issuing, func(s *caStage) { s.leaves[2] = "old:old+new" }), action: actRenewCertificate, member: "example-2", body: []string{"new+old"}, rotation: "the new CA issues the members' certificates; 1 of the previous CA left"},
-		{name: "switched: the previous CA stays while the kubelet syncs", st: issuing, reason: reasonIdle, again: defaultSecretSync - time.Minute, rotation: inIssue},
-		{name: "switched: then the previous CA is retired", st: from(issuing, func(s *caStage) { s.switchedAgo = defaultSecretSync }), action: actRetireCA, body: []string{`"previous.crt":null`}},
+		{name: "switched: a removed member's Secret of the previous CA does not count", st: from(issuing, func(s *caStage) { s.leaves = append(s.leaves, "old:old+new") }), reason: reasonIdle, again: defaultSecretSync - time.Minute, rotation: inIssue},
+		{name: "switched: the previous CA stays while the kubelet syncs, from the last leaf written", st: issuing, reason: reasonIdle, again: defaultSecretSync - time.Minute, rotation: inIssue},
+		{name: "switched: then the previous CA is retired", st: from(issuing, func(s *caStage) { s.issuedAgo = defaultSecretSync }), action: actRetireCA, body: []string{`"previous.crt":null`, `"switched-at":null`}},
 		{name: "retired: leaves drop the previous CA", st: from(retired, func(s *caStage) { s.leaves[1] = "new:old+new" }), action: actRenewCertificate, member: "example-1", body: []string{"new"}},
 		{name: "retired: members restart to forget it", st: retired, action: actRestartForCA, member: "example-1", rotation: inForget},
 		{name: "done", st: from(retired, func(s *caStage) { s.pods = three("new") }), reason: reasonIdle, phase: phaseRunning, rotation: "-"},

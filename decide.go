@@ -302,9 +302,9 @@ type decision struct {
 	// versionBehind: every member runs a newer minor version than etcd's
 	// cluster version, which etcd raises by itself within seconds.
 	versionBehind bool
-	// caWaits: a CA rotation needs a restart that would cost quorum
-	// (restartForCA).
-	caWaits string
+	// caWaits: why a CA rotation cannot restart a member now, and the
+	// reason for the status (restartForCA).
+	caWaits, caWaitReason string
 
 	available, progressing, degraded    bool
 	availReason, progReason, degrReason string

@@ -72,6 +72,12 @@ var (
 // then 7 rolling restarts of about 3 passes, with leader hand-overs.
 const livenessPasses = 80
 
+// rotationPasses are the more a tail may take once spec.tls.caRotation was
+// set: a CA rotation restarts every member twice, and on emptyDir each
+// restart is a replacement (remove, add, start, promote); 7 members and an
+// upgrade take about 130 passes.
+const rotationPasses = 80
+
 // simFailure is a violated rule. Kind names the rule (and, for liveness,
 // what was stuck), so that shrinking keeps the same failure.
 type simFailure struct {
@@ -100,6 +106,7 @@ const (
 	evCALoss     = "ca-loss"     // the CA's Secret is deleted; B=1: its key is overwritten (unreadable)
 	evTLSSpec    = "tls-spec"    // spec.tls switched: removed if set, else set
 	evRotate     = "rotate"      // spec.tls.credentialsRotation set to a new value
+	evCARotate   = "ca-rotate"   // spec.tls.caRotation set to a new value
 )
 
 type simEvent struct {
@@ -139,6 +146,8 @@ func (e simEvent) String() string {
 		return "spec.tls switched"
 	case evRotate:
 		return "spec.tls.credentialsRotation set to a new value"
+	case evCARotate:
+		return "spec.tls.caRotation set to a new value"
 	}
 	return e.Kind
 }
@@ -270,6 +279,10 @@ func genSchedule(seed uint64) simSchedule {
 				t = simEvent{Kind: evRotate}
 			case (w < 20 || w < 25 && !sc.TLS) && sc.Bugs:
 				t = simEvent{Kind: evTLSSpec}
+			case w >= 197:
+				// From values no other event takes, so that the
+				// schedules of every other draw stay as they were.
+				t = simEvent{Kind: evCARotate}
 			}
 			if t.Kind != "" && (!faulty(t.Kind) || rt.IntN(calm) == 0) {
 				e = t
@@ -390,6 +403,14 @@ func (m *model) apply(e simEvent) {
 			m.spec.TLS, m.tlsSpec = &t, &t
 			m.gen++
 		}
+	case evCARotate:
+		if m.spec.TLS != nil {
+			t := *m.spec.TLS
+			m.rotations++
+			t.CARotation = fmt.Sprintf("ca-%d", m.rotations)
+			m.spec.TLS, m.tlsSpec = &t, &t
+			m.gen++
+		}
 	}
 }
 
@@ -425,7 +446,7 @@ func (m *model) certLoss(member string, how int) {
 		// restarts nothing).
 		now, trust := simTime(m.now), l.Trust
 		if m.tlsBugs {
-			trust = simForeignCA
+			trust = simForeignTrust
 		}
 		l = &simLeaf{CA: simForeignCA, Trust: trust, NotBefore: now, NotAfter: now.Add(24 * time.Hour)}
 	case 2:
@@ -807,6 +828,9 @@ func (m *model) goal() []simProblem {
 		if creds := m.tlsView().Creds; m.spec.TLS != nil && (creds.Rotation != m.spec.TLS.CredentialsRotation || creds.NextUser != "" || creds.PreviousUser != "") {
 			add("rotation", "spec.tls.credentialsRotation %q, Secret %s answers %q (next user %q, previous user %q)", m.spec.TLS.CredentialsRotation, rootSecret(simBase), creds.Rotation, creds.NextUser, creds.PreviousUser)
 		}
+		if m.ca.Next != 0 || m.ca.Previous != 0 || m.spec.TLS != nil && m.ca.Rotation != m.spec.TLS.CARotation {
+			add("ca-rotation", "Secret %s answers spec.tls.caRotation %q (next CA %d, previous %d), spec.tls is %+v", caSecret(simBase), m.ca.Rotation, m.ca.Next, m.ca.Previous, m.spec.TLS)
+		}
 		if st := m.status.TLS; st == nil || st.Auth != "enabled" {
 			add("auth-status", "status.tls %+v", st)
 		}
@@ -818,8 +842,12 @@ func (m *model) goal() []simProblem {
 			switch {
 			case l == nil:
 				addMember(mb, "certificate", "member %s has no Secret", mb.Host)
-			case l.BadKey || l.CA != c.CA || l.Trust != c.CA || now.After(l.NotAfter):
-				addMember(mb, "certificate", "member %s's Secret holds a certificate it cannot use (CA %d, trusted %d, bad key %v, expired %v)", mb.Host, l.CA, c.CA, l.BadKey, now.After(l.NotAfter))
+			case l.BadKey || l.CA != c.CA || !l.Trust.has(c.CA) || now.After(l.NotAfter):
+				addMember(mb, "certificate", "member %s's Secret holds a certificate it cannot use (CA %d, its ca.crt %s, trusted %d, bad key %v, expired %v)", mb.Host, l.CA, l.Trust, c.CA, l.BadKey, now.After(l.NotAfter))
+			case l.Trust != trustOf(c.CA):
+				addMember(mb, "ca-rotation", "member %s's Secret has a ca.crt of CAs %s, not CA %d alone", mb.Host, l.Trust, c.CA)
+			case m.pods[mb.Host] != nil && m.pods[mb.Host].trust != trustOf(c.CA):
+				addMember(mb, "ca-rotation", "member %s trusts CAs %s, not CA %d alone", mb.Host, m.pods[mb.Host].trust, c.CA)
 			case l.due(now):
 				addMember(mb, "certificate", "member %s's certificate is due", mb.Host)
 			}
@@ -846,6 +874,9 @@ func (m *model) excused(problems []simProblem) bool {
 		case slices.Contains([]string{"version", "version-mixed", "version-unaccepted", "spec-cannot-run", "status", "tls-switch"}, p.class):
 		case p.class == "no-leader" && m.etcd != nil && m.runningVoters()+m.downOnBadVersion() >= quorum(m.etcd.voters()):
 		case m.versionDown(p):
+		case p.class == "ca-rotation" && (m.spec.Size < 3 || m.downOnBadVersion() > 0):
+			// A CA rotation waits for members as the upgrade does, and
+			// for every voter to be healthy.
 		default:
 			onlyVersion = false
 		}
@@ -879,6 +910,10 @@ func (m *model) excused(problems []simProblem) bool {
 		return !m.runnable(m.spec.Version)
 	case "UpgradeNeedsMembers":
 		return m.spec.Size < 3 && onlyVersion
+	case reasonRotationNeedsMembers:
+		// A member restarted for the new CA would cost the quorum of
+		// fewer than 3 voters: the status asks for more.
+		return m.spec.Size < 3 && !slices.ContainsFunc(problems, func(p simProblem) bool { return p.class != "ca-rotation" && p.class != "status" })
 	case "WaitingForQuorum":
 		// A member to replace whose removal would cost quorum, while the
 		// voters down are so on a version that cannot run: setting
@@ -1006,6 +1041,7 @@ func simRun(seed uint64, sc simSchedule, trace func(string, ...any)) (fails []*s
 type simTLSStats struct {
 	on       bool
 	renewals int
+	retired  int // CAs retired: CA rotations done
 }
 
 // simRunTLS is simRun, with what the run did with TLS.
@@ -1046,9 +1082,13 @@ func simRunTLS(seed uint64, sc simSchedule, trace func(string, ...any)) (fails [
 	}
 	var problems []simProblem
 	defer func() {
-		stats = simTLSStats{on: m.etcd != nil && slices.ContainsFunc(m.etcd.Members, func(mb *simMember) bool { return mb.HTTPS }), renewals: m.renewals}
+		stats = simTLSStats{on: m.etcd != nil && slices.ContainsFunc(m.etcd.Members, func(mb *simMember) bool { return mb.HTTPS }), renewals: m.renewals, retired: m.retiredCAs}
 	}()
-	for p := 1; p <= livenessPasses; p++ {
+	bound := livenessPasses
+	if m.spec.TLS != nil && m.spec.TLS.CARotation != "" {
+		bound += rotationPasses
+	}
+	for p := 1; p <= bound; p++ {
 		m.pass(-1, false)
 		if problems = m.goal(); len(problems) == 0 {
 			if m.trace != nil {
@@ -1078,7 +1118,7 @@ func simRunTLS(seed uint64, sc simSchedule, trace func(string, ...any)) (fails [
 		kind += "(bad spec.version)"
 	}
 	m.failf(kind, "after %d fault-free passes: %s; status %s %s Progressing=%s: %s\n    model: %s",
-		livenessPasses, strings.Join(details, "; "), m.status.Phase, m.status.Ready, prog.Reason, m.status.Message, m.summary())
+		bound, strings.Join(details, "; "), m.status.Phase, m.status.Ready, prog.Reason, m.status.Message, m.summary())
 	return m.fails, 0, "", stats
 }
 
@@ -1168,7 +1208,7 @@ func TestSimulation(t *testing.T) {
 	start := time.Now()
 	runs, failed, maxPasses := 0, 0, 0
 	excused := map[string]int{}
-	tlsRuns, tlsReached, renewals := 0, 0, 0
+	tlsRuns, tlsReached, renewals, retired := 0, 0, 0, 0
 	for seed := *simFirst; ; seed++ {
 		if *simSeeds > 0 && runs >= *simSeeds || *simSeeds == 0 && time.Since(start) > budget {
 			break
@@ -1183,6 +1223,7 @@ func TestSimulation(t *testing.T) {
 			}
 		}
 		renewals += ts.renewals
+		retired += ts.retired
 		if passes < 0 {
 			excused[why]++
 		}
@@ -1204,8 +1245,8 @@ func TestSimulation(t *testing.T) {
 		reached -= excused[why]
 		whys = append(whys, fmt.Sprintf("%s %d", why, excused[why]))
 	}
-	t.Logf("seeds %d to %d: %d schedules in %v (%.0f/s); %d failed, %d kinds of failure; %d reached the spec, the longest tail in %d passes (bound %d); the others ended with a status that says why (%s); %d ended on TLS, %d of them at the spec with authentication on and every certificate valid, %d certificates renewed",
-		*simFirst, *simFirst+uint64(runs)-1, runs, elapsed.Round(time.Millisecond), float64(runs)/elapsed.Seconds(), failed, len(found), reached, maxPasses, livenessPasses, strings.Join(whys, ", "), tlsRuns, tlsReached, renewals)
+	t.Logf("seeds %d to %d: %d schedules in %v (%.0f/s); %d failed, %d kinds of failure; %d reached the spec, the longest tail in %d passes (bound %d, %d more after spec.tls.caRotation); the others ended with a status that says why (%s); %d ended on TLS, %d of them at the spec with authentication on and every certificate valid, %d certificates renewed, %d CA rotations done",
+		*simFirst, *simFirst+uint64(runs)-1, runs, elapsed.Round(time.Millisecond), float64(runs)/elapsed.Seconds(), failed, len(found), reached, maxPasses, livenessPasses, rotationPasses, strings.Join(whys, ", "), tlsRuns, tlsReached, renewals, retired)
 	// Shrinking takes at most as long again as the run: a schedule that
 	// is not the shortest yet still shows the failure, and -sim.seed
 	// shrinks it to the end.

@@ -28,12 +28,17 @@
 //     kubelet writes from a member's Secret into its Pod (a tick after the
 //     Secret changes), and etcd's authentication (its users and their
 //     roles, auth enable; a credentials rotation's users). A member talks
-//     to its peers only with a certificate that is valid, of the CA the
-//     cluster trusts, with the key that matches, and trusting that CA
-//     itself (etcd reads its CA file only when it starts, its certificate
-//     at every handshake); else it is cut off: it runs, but answers no one
-//     and counts for no quorum. Peer URLs are https, and a Pod's flags (in
-//     the body the operator sends) say whether it runs TLS.
+//     to its peers only with a certificate that is valid, of a CA the
+//     cluster takes, with the key that matches, and trusting the CA the
+//     cluster issues from itself (etcd reads its CA file only when it
+//     starts, its certificate at every handshake); else it is cut off: it
+//     runs, but answers no one and counts for no quorum. Peer URLs are
+//     https, and a Pod's flags (in the body the operator sends) say
+//     whether it runs TLS. A CA rotation (spec.tls.caRotation) is modelled
+//     with sets of CAs (simTrust): BASE-ca's next and previous CA, the CAs
+//     of each ca.crt and of each Pod's etcd, and the Pods' trusted-cas
+//     annotation; checkTrust holds that no two members that run can fail
+//     to verify each other.
 //
 // Time moves only in tick(): a pass of the operator takes no time, and
 // nothing happens inside a pass but what the operator does.
@@ -80,10 +85,12 @@ type simEtcd struct {
 	Leader  uint64       // elected at a tick; checked for validity when read
 	Minor   int          // the cluster version's minor: it never goes down
 	Initial string       // the --initial-cluster it was bootstrapped with
-	// CA is the CA its members trust (the ca.crt its first member started
-	// with); 0 for a cluster on plain http.
-	CA   int
-	Auth simAuth
+	// CA is the CA whose certificates its members take (the one its first
+	// member started with, then the one a CA rotation switched to); 0 for
+	// a cluster on plain http. Prev is the CA a rotation switched from,
+	// until it is retired: its certificates are taken too.
+	CA, Prev int
+	Auth     simAuth
 }
 
 // simAuth is etcd's authentication: its users, and whether auth is on.
@@ -167,27 +174,116 @@ type simPod struct {
 	// started.
 	TLS   bool
 	files *simLeaf
-	trust int
+	trust simTrust
+	// annotTrust is the Pod's etcd.coreos.com/trusted-cas, as the
+	// operator made it.
+	annotTrust string
 }
 
 // simLeaf is a member's certificate, key and ca.crt, as its Secret (or the
 // files written from it) holds them.
 type simLeaf struct {
-	Serial              int // one per certificate made
-	CA                  int // the CA that signed it: a CA of the cluster's, or simForeignCA
-	Trust               int // the CA of its ca.crt
+	Serial              int      // one per certificate made
+	CA                  int      // the CA that signed it: a CA of the cluster's, or simForeignCA
+	Trust               simTrust // the CAs of its ca.crt
 	NotBefore, NotAfter time.Time
-	BadKey              bool // the key does not match the certificate
+	IssuedAt            time.Time // when its Secret was written (issued-at)
+	BadKey              bool      // the key does not match the certificate
 }
 
 // simForeignCA stands for a CA that is not the cluster's.
 const simForeignCA = -1
 
+// simTrust is a set of CAs, a ca.crt: bit n-1 for simCA(n), the top bit
+// for a foreign CA.
+type simTrust uint64
+
+const simForeignTrust simTrust = 1 << 63
+
+func trustOf(gen int) simTrust {
+	switch {
+	case gen == simForeignCA:
+		return simForeignTrust
+	case gen <= 0:
+		return 0
+	}
+	return 1 << (gen - 1)
+}
+
+func (t simTrust) has(gen int) bool { return trustOf(gen) != 0 && t&trustOf(gen) != 0 }
+
+// first is the first CA of the set, simForeignCA for a foreign one
+// alone, 0 for none.
+func (t simTrust) first() int {
+	for g := 1; g < 64; g++ {
+		if t.has(g) {
+			return g
+		}
+	}
+	if t&simForeignTrust != 0 {
+		return simForeignCA
+	}
+	return 0
+}
+
+// pem is the ca.crt that holds these CAs.
+func (t simTrust) pem() []byte {
+	var out []byte
+	for g := 1; g < 64; g++ {
+		if t.has(g) {
+			out = append(out, simCA(g).CertPEM()...)
+		}
+	}
+	if t&simForeignTrust != 0 {
+		out = append(out, "-----BEGIN CERTIFICATE-----\nYW5vdGhlciBDQQ==\n-----END CERTIFICATE-----\n"...)
+	}
+	return out
+}
+
+func (t simTrust) String() string {
+	var gens []string
+	for g := 1; g < 64; g++ {
+		if t.has(g) {
+			gens = append(gens, fmt.Sprint(g))
+		}
+	}
+	if t&simForeignTrust != 0 {
+		gens = append(gens, "foreign")
+	}
+	return "{" + strings.Join(gens, ",") + "}"
+}
+
+// simTrustOf is the set of the model's CAs a ca.crt holds.
+func simTrustOf(bundle []byte, made int) simTrust {
+	var t simTrust
+	for g := 1; g <= made; g++ {
+		if ca.Holds(bundle, simCA(g)) {
+			t |= trustOf(g)
+		}
+	}
+	return t
+}
+
+// simGenOfPEM is the number of the CA whose certificate is cert, 0 if none.
+func simGenOfPEM(cert []byte, made int) int {
+	for g := 1; g <= made; g++ {
+		if string(simCA(g).CertPEM()) == string(cert) {
+			return g
+		}
+	}
+	return 0
+}
+
 // simCASecret is BASE-ca: which of the CAs made so far it holds (0: none
-// made yet), and whether it is gone or unreadable.
+// made yet), and whether it is gone or unreadable; in a CA rotation
+// (carotation.go) the next CA and the previous one (0: none), when the
+// switch was, and the spec.tls.caRotation it answers.
 type simCASecret struct {
-	Gen           int
-	Lost, Corrupt bool
+	Gen            int
+	Lost, Corrupt  bool
+	Next, Previous int
+	SwitchedAt     time.Time
+	Rotation       string
 }
 
 func (c simCASecret) ok() bool { return c.Gen != 0 && !c.Lost && !c.Corrupt }
@@ -235,7 +331,7 @@ func (p *simPod) view() podView {
 		Waiting: p.Waiting, WaitingMessage: p.WaitingMsg,
 		InitialCluster: p.InitialCluster, State: p.State, Claim: p.Claim,
 		// The kubelet keeps etcd's last words (FallbackToLogsOnError).
-		DataLost: dataLostSign(p.Exit), TLS: p.TLS}
+		DataLost: dataLostSign(p.Exit), TLS: p.TLS, Trust: p.annotTrust}
 }
 
 // Versions. Tags are spec.version values; unpullable and broken ones model
@@ -300,6 +396,8 @@ type model struct {
 	serials  int
 	tlsSpec  *tlsSpec
 	renewals int
+	// retiredCAs counts the CA rotations done (previous.crt nulled).
+	retiredCAs int
 	// rotations: the values spec.tls.credentialsRotation took.
 	rotations int
 	// tlsBugs: the schedule was drawn with -sim.tlsbugs. Without it no
@@ -420,12 +518,38 @@ func (m *model) cutOff(p *simPod, mb *simMember) string {
 		return "its key does not match its certificate"
 	case simTime(m.now).After(f.NotAfter):
 		return "its certificate has expired"
-	case m.etcd == nil || f.CA != m.etcd.CA:
+	case m.etcd == nil || f.CA != m.etcd.CA && (m.etcd.Prev == 0 || f.CA != m.etcd.Prev):
 		return "its certificate is not of the CA the cluster trusts"
-	case p.trust != m.etcd.CA:
+	case !p.trust.has(m.etcd.CA):
 		return "it trusts another CA"
 	}
 	return ""
+}
+
+// checkTrust is the rule of a CA rotation: no two members that run, with
+// certificates of the cluster's CAs, are unable to talk. etcd checks a
+// peer's certificate against the CAs it read when it started, so each must
+// trust the CA of the other's certificate.
+func (m *model) checkTrust() {
+	if m.etcd == nil {
+		return
+	}
+	var up []*simPod
+	for _, n := range m.podNames() {
+		p := m.pods[n]
+		if mb := m.etcd.byHost(n); mb != nil && p.TLS && p.Up && p.Data == mb.ID && m.cutOff(p, mb) == "" {
+			up = append(up, p)
+		}
+	}
+	for i, p := range up {
+		for _, q := range up[i+1:] {
+			for _, pair := range [][2]*simPod{{p, q}, {q, p}} {
+				if a, b := pair[0], pair[1]; !a.trust.has(b.files.CA) {
+					m.failf("trust-split", "member %s trusts CAs %s, and member %s shows a certificate of CA %d: they cannot talk", a.Name, a.trust, b.Name, b.files.CA)
+				}
+			}
+		}
+	}
 }
 
 func (m *model) runningVoters() int {
@@ -527,7 +651,7 @@ func (m *model) bootstrapCluster(p *simPod) {
 	}
 	c.ID = h.Sum64()
 	if p.TLS {
-		c.CA = p.trust
+		c.CA = p.trust.first()
 	}
 	m.etcd = c
 	m.sortMembers()
@@ -854,6 +978,7 @@ func (m *model) tick() {
 			}
 		}
 	}
+	m.checkTrust()
 }
 
 // ---- faults and spec changes ----
@@ -1039,6 +1164,13 @@ func (m *model) tlsView() *tlsView {
 		v.CAProblem = fmt.Sprintf("Secret %s: CA key: %v (tls.key holds no PEM data)", caSecret(simBase), ca.ErrNoKey)
 	default:
 		v.CA, v.JWT = simCA(m.ca.Gen), simJWT
+		v.CARotation, v.SwitchedAt = m.ca.Rotation, m.ca.SwitchedAt
+		if m.ca.Next != 0 {
+			v.Next = simCA(m.ca.Next)
+		}
+		if m.ca.Previous != 0 {
+			v.Previous = simCA(m.ca.Previous).CertPEM()
+		}
 	}
 	if m.root != nil {
 		data := map[string][]byte{}
@@ -1051,28 +1183,33 @@ func (m *model) tlsView() *tlsView {
 	if v.CA == nil {
 		return v
 	}
-	now := simTime(m.now)
+	now, bundle := simTime(m.now), ca.Fingerprint(v.bundle())
 	for name, l := range m.leaves {
-		v.Leaves[name] = l.view(m.ca.Gen, now)
+		v.Leaves[name] = l.view(m.ca, bundle, now)
 	}
 	return v
 }
 
-// view is the leaf as tlsOf sees it, with the CA of BASE-ca.
-func (l *simLeaf) view(caGen int, now time.Time) leafView {
+// view is the leaf as tlsOf (leafOf) sees it, with BASE-ca and the
+// fingerprint of the CAs to trust.
+func (l *simLeaf) view(c simCASecret, bundle string, now time.Time) leafView {
 	at := ca.RenewAt(l.NotBefore, l.NotAfter)
-	v := leafView{NotAfter: l.NotAfter, Renew: !now.Before(at), RenewIn: at.Sub(now)}
+	v := leafView{NotAfter: l.NotAfter, Renew: !now.Before(at), RenewIn: at.Sub(now), Trust: ca.Fingerprint(l.Trust.pem()), IssuedAt: l.IssuedAt}
 	switch {
 	case l.BadKey:
 		v.Problem = ca.ErrKeyMismatch.Error()
 	case now.After(l.NotAfter):
 		v.Problem = fmt.Sprintf("%v: valid until %s, and it is now %s", ca.ErrExpired, stamp(l.NotAfter), stamp(now))
-	case l.CA != caGen:
+	case l.CA != c.Gen && (c.Previous == 0 || l.CA != c.Previous):
 		v.Problem = ca.ErrUnknownAuthority.Error()
-	case l.Trust != caGen:
+	case !l.Trust.has(c.Gen):
 		v.Problem = "its ca.crt is not the cluster's CA"
+	case l.CA != c.Gen:
+		v.Why = whyPreviousCA
+	case v.Trust != bundle:
+		v.Why = "the CA rotates"
 	}
-	v.Renew = v.Renew || v.Problem != ""
+	v.Renew = v.Renew || v.Problem != "" || v.Why != ""
 	return v
 }
 
@@ -1139,7 +1276,10 @@ func (m *model) request(what string) error {
 }
 
 func (m *model) input() input {
-	return input{Name: simBase, Base: simBase, Repo: repo, Gen: m.gen, Spec: m.spec, Prev: m.status, Namespace: "default", UID: "sim-uid", FormedID: m.formedID}
+	// The model's kubelet writes a changed Secret into the Pods at the
+	// next tick: -secret-sync is two.
+	return input{Name: simBase, Base: simBase, Repo: repo, Gen: m.gen, Spec: m.spec, Prev: m.status, Namespace: "default", UID: "sim-uid", FormedID: m.formedID,
+		SecretSync: 4 * time.Second}
 }
 
 func simTime(now int) time.Time {
@@ -1171,6 +1311,7 @@ func (m *model) pass(kill int, lose bool) {
 		m.checkStep(s)
 		again, err := m.act(in, obs, s)
 		m.checkSchemes()
+		m.checkTrust()
 		m.checkCredentials()
 		if errors.Is(err, errSimKilled) {
 			return
@@ -1292,7 +1433,7 @@ func (m *model) createPod(name string, body []byte) error {
 			name, map[bool]string{true: "still lives", false: "is gone, the status is not"}[m.dataAlive()])
 	}
 	m.tracef("operator creates Pod %s (%s, state %s, --initial-cluster=%s%s)", name, tagOf(image), state, initialCluster, map[bool]string{true: ", TLS"}[cp.TLS])
-	p := &simPod{Name: name, Image: image, State: state, InitialCluster: initialCluster, Phase: "Pending", TLS: cp.TLS}
+	p := &simPod{Name: name, Image: image, State: state, InitialCluster: initialCluster, Phase: "Pending", TLS: cp.TLS, annotTrust: cp.Trust}
 	if m.volumes {
 		p.Claim = name
 	}
@@ -1360,7 +1501,7 @@ func (m *model) createSecret(o object) error {
 			return nil // 409, even one that cannot be read
 		}
 		m.cas++
-		m.ca = simCASecret{Gen: m.cas}
+		m.ca = simCASecret{Gen: m.cas, Rotation: sm.Rotation}
 		m.tracef("operator creates Secret %s: CA %d", o.Name, m.cas)
 	case secretRoot:
 		if m.root != nil {
@@ -1408,7 +1549,7 @@ func (m *model) issue(member string, sm *secretToMake) *simLeaf {
 	}
 	now, life := simTime(m.now), sm.Leaf.Lifetime
 	m.serials++
-	return &simLeaf{Serial: m.serials, CA: gen, Trust: gen,
+	return &simLeaf{Serial: m.serials, CA: gen, Trust: simTrustOf(sm.trust(), m.cas), IssuedAt: now,
 		NotBefore: now.Add(-min(5*time.Minute, life/10)), NotAfter: now.Add(life)}
 }
 
@@ -1432,6 +1573,15 @@ func (m *model) renew(s step) error {
 		}
 		m.root[keyNextUser], m.root[keyNextPassword] = sm.User, m.password()
 		m.tracef("operator writes the next user %s into Secret %s", sm.User, sm.Name)
+		return nil
+	}
+	if sm.Kind == secretNextCA && sm.Name == caSecret(simBase) {
+		if m.ca.Gen == 0 || m.ca.Lost {
+			return &simErr{404, fmt.Sprintf("secrets %q not found", sm.Name)}
+		}
+		m.cas++
+		m.ca.Next, m.ca.Rotation = m.cas, sm.Rotation
+		m.tracef("operator writes the next CA %d into Secret %s (rotation %q)", m.cas, sm.Name, sm.Rotation)
 		return nil
 	}
 	if sm.Kind != secretLeaf {
@@ -1467,6 +1617,10 @@ func (m *model) act(in input, obs observed, s step) (time.Duration, error) {
 		return 0, m.patchRoot(s)
 	case actSwitchCredentials, actTrustCA:
 		return 0, m.patchRoot(s)
+	case actPrepareCA:
+		return 0, m.renew(s)
+	case actSwitchCA, actRetireCA:
+		return 0, m.patchCA(s)
 	case actMarkFormed:
 		if err := m.request("recording the cluster ID"); err != nil {
 			return 0, err
@@ -1523,7 +1677,7 @@ func (m *model) act(in input, obs observed, s step) (time.Duration, error) {
 			err = m.moveLeader(self, parseID(s.ID))
 		}
 		return 0, err
-	case actDeletePod:
+	case actDeletePod, actRestartForCA:
 		if err := m.request("deleting Pod " + s.Member); err != nil {
 			return 0, err
 		}
@@ -1648,6 +1802,68 @@ func (m *model) patchRoot(s step) error {
 		}
 	}
 	m.tracef("operator patches Secret %s: user %s, previous %q, next %q", rootSecret(simBase), m.root["username"], m.root[keyPreviousUser], m.root[keyNextUser])
+	return nil
+}
+
+// patchCA is a merge patch of BASE-ca's data (caPatch): a CA rotation's
+// switch or the previous CA's retirement. The cluster's members take the
+// certificates of the CA switched to, and of the previous one until it is
+// retired.
+func (m *model) patchCA(s step) error {
+	if err := m.request("patching Secret " + caSecret(simBase)); err != nil {
+		return err
+	}
+	if s.Patch == nil || s.Patch.Path != corePath("default", "secrets")+"/"+caSecret(simBase) {
+		return fmt.Errorf("step %s patches %v, not Secret %s", s.Action, s.Patch, caSecret(simBase))
+	}
+	var body struct{ Data map[string]*[]byte }
+	if err := json.Unmarshal(s.Patch.Body, &body); err != nil {
+		return err
+	}
+	if m.ca.Gen == 0 || m.ca.Lost {
+		return &simErr{404, fmt.Sprintf("secrets %q not found", caSecret(simBase))}
+	}
+	gen := func(k string) int {
+		if v := body.Data[k]; v != nil {
+			return simGenOfPEM(*v, m.cas)
+		}
+		return 0
+	}
+	retired := m.ca.Previous
+	defer func() {
+		if retired != 0 && m.ca.Previous == 0 {
+			m.retiredCAs++
+		}
+	}()
+	for k, v := range body.Data {
+		switch k {
+		case "tls.crt":
+			m.ca.Gen, m.ca.Corrupt = gen(k), false
+		case keyPreviousCA:
+			m.ca.Previous = gen(k)
+		case keyNextCACert:
+			m.ca.Next = gen(k)
+		case keySwitchedAt:
+			m.ca.SwitchedAt = time.Time{}
+			if v != nil {
+				m.ca.SwitchedAt, _ = time.Parse(time.RFC3339, string(*v))
+			}
+		}
+	}
+	for _, n := range m.podNames() {
+		if p := m.pods[n]; retired != 0 && m.ca.Previous == 0 && p.Up && p.files != nil && p.files.CA == retired {
+			m.failf("retired-early", "CA %d retired while Pod %s still shows a certificate it signed", retired, n)
+		}
+	}
+	if c := m.etcd; c != nil && c.CA != 0 {
+		if _, ok := body.Data["tls.crt"]; ok && m.ca.Gen != c.CA {
+			c.CA, c.Prev = m.ca.Gen, c.CA
+		}
+		if m.ca.Previous == 0 {
+			c.Prev = 0
+		}
+	}
+	m.tracef("operator patches Secret %s: CA %d, next %d, previous %d", caSecret(simBase), m.ca.Gen, m.ca.Next, m.ca.Previous)
 	return nil
 }
 

@@ -266,7 +266,8 @@ func (s *secretToMake) data(now time.Time) (typ string, data map[string][]byte, 
 		if err != nil {
 			return "", nil, err
 		}
-		return "kubernetes.io/tls", map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": s.trust(), "jwt.key": s.JWT["jwt.key"], "jwt.pub": s.JWT["jwt.pub"]}, nil
+		return "kubernetes.io/tls", map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": s.trust(), "jwt.key": s.JWT["jwt.key"], "jwt.pub": s.JWT["jwt.pub"],
+			keyIssuedAt: []byte(stamp(now))}, nil
 	}
 	return "", nil, fmt.Errorf("secret %s: unknown kind %q", s.Name, s.Kind)
 }
@@ -403,7 +404,14 @@ type leafView struct {
 	Problem, Why string
 	// Trust is the ca.Fingerprint of its ca.crt.
 	Trust string
+	// IssuedAt is when the operator wrote it (its key issued-at): the
+	// kubelet puts it into the Pod at its next sync.
+	IssuedAt time.Time
 }
+
+// keyIssuedAt is the key of a member's Secret that says when it was
+// written.
+const keyIssuedAt = "issued-at"
 
 // secret is the part of a Secret the operator reads.
 type secret struct {
@@ -484,6 +492,7 @@ func (v *tlsView) leafOf(member string, data map[string][]byte, now time.Time) l
 	}
 	at := ca.RenewAt(info.NotBefore, info.NotAfter)
 	l := leafView{NotAfter: info.NotAfter, Renew: !now.Before(at), RenewIn: at.Sub(now), Trust: ca.Fingerprint(data["ca.crt"])}
+	l.IssuedAt, _ = time.Parse(time.RFC3339, string(data[keyIssuedAt]))
 	switch {
 	case err != nil:
 		l.Problem = err.Error()

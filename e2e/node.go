@@ -510,7 +510,7 @@ evictionHard:
   imagefs.available: 1%%
 serializeImagePulls: false
 # A renewed certificate reaches a Pod's mounted Secret at the kubelet's next
-# sync of the Pod, a minute by default: TestTLSRenewal's certificates live
+# sync of the Pod, a minute by default: TestCertRotation's certificates live
 # 2 minutes and are renewed after 80 s.
 syncFrequency: 10s
 `, NodeIP, n.socket, resolv, filepath.Join(n.Dir, "pod-logs"), filepath.Join(n.Dir, "volume-plugins"))

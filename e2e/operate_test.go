@@ -29,7 +29,7 @@ type e2eStatus struct {
 	}
 	Conditions         []struct{ Type, Status, Reason, Message string }
 	ObservedGeneration int64
-	TLS                struct{ Auth, User, CredentialsRotation string }
+	TLS                struct{ Auth, User, CredentialsRotation, CARotation string }
 }
 
 func (s e2eStatus) cond(typ string) string {
