@@ -271,3 +271,70 @@ func TestTLSRotatesCA(t *testing.T) {
 	})
 	t.Logf("events: %v", counts)
 }
+
+// TestTLSRotatesCAThroughFaults: faults that overlap a CA rotation. The
+// operator stops once a member has restarted for the next CA; meanwhile
+// someone deletes another member's Pod and spec.tls.caRotation changes
+// again. A new operator finishes the rotation under way from what the
+// Secrets and Pods say, then makes the one asked for since: every member
+// ends trusting the last CA alone.
+func TestTLSRotatesCAThroughFaults(t *testing.T) {
+	f := newFakeAPI(t)
+	f.putCluster("default", "example", map[string]any{"size": 3, "tls": map[string]any{}})
+	op := startOperator(t, f, "-secret-sync", "1s")
+	waitStatus(f, "example", tlsSettled(3))
+	first := secretData(t, f, "example-ca")["tls.crt"]
+
+	f.putCluster("default", "example", map[string]any{"size": 3, "tls": map[string]any{"caRotation": "one"}})
+	restarts := func() (n int) { // waitFor holds f.mu
+		for _, e := range f.events {
+			if e["reason"] == reasonMemberRestarted && strings.Contains(fmt.Sprint(e["message"]), "restarts to trust") {
+				n++
+			}
+		}
+		return n
+	}
+	f.waitFor("a member restarted for the next CA", func() bool { return restarts() >= 1 })
+	op.stop()
+	var pod string
+	for _, name := range []string{"example-0", "example-1", "example-2"} {
+		if p := f.object("pods", "default", name); p != nil && p["metadata"].(map[string]any)["annotations"].(map[string]any)[annotationTrust] != nil && pod == "" {
+			pod = name
+		}
+	}
+	f.deletePod("default", pod)
+	f.putCluster("default", "example", map[string]any{"size": 3, "tls": map[string]any{"caRotation": "two"}})
+	startOperator(t, f, "-secret-sync", "1s")
+
+	f.waitFor("the second rotation done: every Pod trusting the last CA alone", func() bool {
+		var s secret
+		_ = json.Unmarshal(mustJSON(f.objects["secrets/default/example-ca"]), &s)
+		if string(s.Data[keyRotation]) != "two" || s.Data[keyPreviousCA] != nil || s.Data[keyNextCACert] != nil {
+			return false
+		}
+		fp, pods := ca.Fingerprint(s.Data["tls.crt"]), 0
+		for key, p := range f.objects {
+			if strings.HasPrefix(key, "pods/default/example-") {
+				if a, _ := p["metadata"].(map[string]any)["annotations"].(map[string]any); a[annotationTrust] != fp {
+					return false
+				}
+				pods++
+			}
+		}
+		return pods == 3
+	})
+	done := tlsSettled(3)
+	waitStatus(f, "example", statusCheck{done.what + ", no CA rotation under way", func(st clusterStatus) bool { return done.ok(st) && st.TLS.CARotation == "" }})
+	if slices.Equal(secretData(t, f, "example-ca")["tls.crt"], first) {
+		t.Error("the CA is still the first one")
+	}
+	f.waitFor("two CARetired events", func() bool {
+		n := 0
+		for _, e := range f.events {
+			if e["reason"] == reasonCARetired {
+				n++
+			}
+		}
+		return n == 2
+	})
+}

@@ -514,6 +514,19 @@ func needNode(t *testing.T) {
 	}
 }
 
+// needNodeBeside is needNode for a test that may run beside the others so
+// marked, two at a time (go test's -parallel, the 2 cores here), after
+// every other test: TestCertRotation's writer must run for six minutes,
+// and the tests beside it, each in a namespace of its own and with an
+// operator of its own, take about as long one after the other. They count
+// nothing beyond their namespace and assert no timing that the other
+// tests' load could stretch.
+func needNodeBeside(t *testing.T) {
+	t.Helper()
+	needNode(t)
+	t.Parallel()
+}
+
 // nodeNamespace makes a namespace of the test's own whose Pods the node
 // runs, and deletes it (and so its Pods) when the test ends.
 func nodeNamespace(t *testing.T, ns string) string {

@@ -25,7 +25,7 @@ import (
 // another. Deleting the EtcdCluster ends the containers, through the
 // garbage collector and the kubelet.
 func TestMembersFormACluster(t *testing.T) {
-	needNode(t)
+	needNodeBeside(t)
 	ns := nodeNamespace(t, "members")
 	startOperator(t, ns, "")
 

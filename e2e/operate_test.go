@@ -596,6 +596,7 @@ func TestReplaceMember(t *testing.T) {
 // kept; a skipped minor and a downgrade refused; an image that cannot be
 // pulled stops after one member and is repaired by setting the version back.
 func TestRollingUpgrade(t *testing.T) {
+	needNodeBeside(t)
 	d := startDay2(t, "upgrade", "example", 3, "v3.6.16")
 	st := d.running(3)
 	id := st.ClusterID

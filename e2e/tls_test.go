@@ -108,7 +108,7 @@ func login(t *testing.T, c *http.Client, ip, password string) string {
 }
 
 func TestTLSNoAnonymousAccess(t *testing.T) {
-	needNode(t)
+	needNodeBeside(t)
 	ns := nodeNamespace(t, "tls")
 	startOperator(t, ns, "")
 	// The example as it is.
@@ -215,7 +215,7 @@ func TestTLSNoAnonymousAccess(t *testing.T) {
 // member ever shows a certificate the client's CAs (Secret NAME-root's) do
 // not trust.
 func TestCertRotation(t *testing.T) {
-	needNode(t)
+	needNodeBeside(t)
 	ns := nodeNamespace(t, "cert-rotation")
 	// The node's kubelet syncs Pods every 10 s: 30 s is ample for it to put
 	// a new certificate into every Pod (the default is for a minute's).
@@ -549,7 +549,7 @@ func (r *asRoot) get(pod, key string) string {
 // replaced (on emptyDir); a rolling upgrade; the data kept and every peer
 // URL still https.
 func TestTLSDayTwo(t *testing.T) {
-	needNode(t)
+	needNodeBeside(t)
 	ns := nodeNamespace(t, "tls-day2")
 	startOperator(t, ns, "")
 	d := &day2{t: t, ns: ns, name: "example", emptyDir: true}
@@ -635,7 +635,7 @@ func TestTLSDayTwo(t *testing.T) {
 // etcd's clients do) goes on writing through the rotation until the
 // overlap is over; then the old password is refused.
 func TestTLSCredentialsRotation(t *testing.T) {
-	needNode(t)
+	needNodeBeside(t)
 	ns := nodeNamespace(t, "tls-rotation")
 	startOperator(t, ns, "")
 	tlsSpec := map[string]any{"credentialsOverlap": "1m"}
