@@ -197,6 +197,18 @@ func TestCARotationManifests(t *testing.T) {
 	if got := p.cached().Trust; got != ca.Fingerprint(ca.Bundle(next.CertPEM(), old.CertPEM())) {
 		t.Errorf("pod trust %q, want the fingerprint of both CAs", got)
 	}
+	// A Pod made before its Secret is renewed (a quorum lost, the operator
+	// restarted) mounts the Secret as it is: it trusts the old CA alone,
+	// and must not pass for one that trusts both (the simulation's seed
+	// 699409140: the CA switched, and the member was cut off).
+	plan.SecretTrust = map[string]string{"example-1": ca.Fingerprint(old.CertPEM())}
+	var early pod
+	if err := json.Unmarshal(plan.joiningPod("example-1", ""), &early); err != nil {
+		t.Fatal(err)
+	}
+	if got := early.cached().Trust; got != ca.Fingerprint(old.CertPEM()) {
+		t.Errorf("pod trust %q, want the fingerprint of the old CA its Secret holds", got)
+	}
 	plan.TLS = nil
 	var plain pod
 	if err := json.Unmarshal(plan.joiningPod("example-1", ""), &plain); err != nil {

@@ -1023,7 +1023,11 @@ func (d *decision) plan(image string) clusterPlan {
 	p.Restore, p.OperatorImage = d.in.Spec.Restore, d.in.OperatorImage
 	p.TLS = d.tls()
 	if p.TLS != nil {
-		p.Trust = d.tlsView().bundle()
+		v := d.tlsView()
+		p.Trust, p.SecretTrust = v.bundle(), map[string]string{}
+		for member, l := range v.Leaves {
+			p.SecretTrust[member] = l.Trust
+		}
 	}
 	return p
 }

@@ -198,8 +198,11 @@ type clusterPlan struct {
 	// for plain http.
 	TLS *tlsSpec
 	// Trust is the ca.crt the members' Secrets are to hold: the CA, or
-	// two of them while the CA rotates (carotation.go).
+	// two of them while the CA rotates (carotation.go). SecretTrust is the
+	// ca.Fingerprint of the ca.crt each member's Secret holds now, which a
+	// Pod made now mounts: its trusted-cas annotation.
 	Trust         []byte
+	SecretTrust   map[string]string
 	OperatorImage string
 	owner         ownerReference
 	namespace     string
@@ -397,7 +400,13 @@ func (p clusterPlan) pod(member, initialCluster, state string) []byte {
 	}
 	meta := p.meta(member, member)
 	if p.TLS != nil && len(p.Trust) > 0 {
-		meta["annotations"] = map[string]string{annotationTrust: ca.Fingerprint(p.Trust)}
+		// The Pod mounts the member's Secret as it is: its ca.crt, not the
+		// one it is to hold once certificates has renewed it.
+		fp := ca.Fingerprint(p.Trust)
+		if t, ok := p.SecretTrust[member]; ok {
+			fp = t
+		}
+		meta["annotations"] = map[string]string{annotationTrust: fp}
 	}
 	return mustJSON(map[string]any{
 		"apiVersion": "v1",
