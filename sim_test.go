@@ -395,19 +395,15 @@ func (m *model) apply(e simEvent) {
 			m.spec.TLS = nil
 		}
 		m.gen++
-	case evRotate:
+	case evRotate, evCARotate:
 		if m.spec.TLS != nil {
 			t := *m.spec.TLS
 			m.rotations++
-			t.CredentialsRotation = fmt.Sprintf("rotation-%d", m.rotations)
-			m.spec.TLS, m.tlsSpec = &t, &t
-			m.gen++
-		}
-	case evCARotate:
-		if m.spec.TLS != nil {
-			t := *m.spec.TLS
-			m.rotations++
-			t.CARotation = fmt.Sprintf("ca-%d", m.rotations)
+			if e.Kind == evRotate {
+				t.CredentialsRotation = fmt.Sprintf("rotation-%d", m.rotations)
+			} else {
+				t.CARotation = fmt.Sprintf("ca-%d", m.rotations)
+			}
 			m.spec.TLS, m.tlsSpec = &t, &t
 			m.gen++
 		}

@@ -1779,22 +1779,30 @@ func (m *model) authStep(obs observed, s step) error {
 	return nil
 }
 
-// patchRoot is the step's merge patch of Secret BASE-root's data.
-func (m *model) patchRoot(s step) error {
-	if err := m.request("patching Secret " + rootSecret(simBase)); err != nil {
-		return err
+// secretPatchData is the data of the step's merge patch of Secret name,
+// as the operator sends it (secretPatch): null for a key to remove.
+func (m *model) secretPatchData(s step, name string) (map[string]*[]byte, error) {
+	if err := m.request("patching Secret " + name); err != nil {
+		return nil, err
 	}
-	if s.Patch == nil || s.Patch.Path != corePath("default", "secrets")+"/"+rootSecret(simBase) {
-		return fmt.Errorf("step %s patches %v, not Secret %s", s.Action, s.Patch, rootSecret(simBase))
+	if s.Patch == nil || s.Patch.Path != corePath("default", "secrets")+"/"+name {
+		return nil, fmt.Errorf("step %s patches %v, not Secret %s", s.Action, s.Patch, name)
 	}
 	var body struct{ Data map[string]*[]byte }
-	if err := json.Unmarshal(s.Patch.Body, &body); err != nil {
+	err := json.Unmarshal(s.Patch.Body, &body)
+	return body.Data, err
+}
+
+// patchRoot is the step's merge patch of Secret BASE-root's data.
+func (m *model) patchRoot(s step) error {
+	data, err := m.secretPatchData(s, rootSecret(simBase))
+	if err != nil {
 		return err
 	}
 	if m.root == nil {
 		return &simErr{404, fmt.Sprintf("secrets %q not found", rootSecret(simBase))}
 	}
-	for k, v := range body.Data {
+	for k, v := range data {
 		if v == nil {
 			delete(m.root, k)
 		} else {
@@ -1810,21 +1818,15 @@ func (m *model) patchRoot(s step) error {
 // certificates of the CA switched to, and of the previous one until it is
 // retired.
 func (m *model) patchCA(s step) error {
-	if err := m.request("patching Secret " + caSecret(simBase)); err != nil {
-		return err
-	}
-	if s.Patch == nil || s.Patch.Path != corePath("default", "secrets")+"/"+caSecret(simBase) {
-		return fmt.Errorf("step %s patches %v, not Secret %s", s.Action, s.Patch, caSecret(simBase))
-	}
-	var body struct{ Data map[string]*[]byte }
-	if err := json.Unmarshal(s.Patch.Body, &body); err != nil {
+	data, err := m.secretPatchData(s, caSecret(simBase))
+	if err != nil {
 		return err
 	}
 	if m.ca.Gen == 0 || m.ca.Lost {
 		return &simErr{404, fmt.Sprintf("secrets %q not found", caSecret(simBase))}
 	}
 	gen := func(k string) int {
-		if v := body.Data[k]; v != nil {
+		if v := data[k]; v != nil {
 			return simGenOfPEM(*v, m.cas)
 		}
 		return 0
@@ -1835,7 +1837,7 @@ func (m *model) patchCA(s step) error {
 			m.retiredCAs++
 		}
 	}()
-	for k, v := range body.Data {
+	for k, v := range data {
 		switch k {
 		case "tls.crt":
 			m.ca.Gen, m.ca.Corrupt = gen(k), false
@@ -1856,7 +1858,7 @@ func (m *model) patchCA(s step) error {
 		}
 	}
 	if c := m.etcd; c != nil && c.CA != 0 {
-		if _, ok := body.Data["tls.crt"]; ok && m.ca.Gen != c.CA {
+		if _, ok := data["tls.crt"]; ok && m.ca.Gen != c.CA {
 			c.CA, c.Prev = m.ca.Gen, c.CA
 		}
 		if m.ca.Previous == 0 {
